@@ -1,0 +1,24 @@
+/**
+ * mailroom: reliable messaging for TypeScript on PostgreSQL.
+ * At-least-once delivery; exactly-once effects.
+ */
+export { createMailroom, Mailroom } from './mailroom.ts';
+export type { MailroomOptions, MailroomTransaction, JobsApi } from './mailroom.ts';
+export { defineJob } from './define.ts';
+export type { JobDefinition, JobOptions, JobData, JobInput } from './define.ts';
+export { PermanentError, RetryableError, ValidationError, MailroomError } from './errors.ts';
+export { snooze, isSnooze } from './snooze.ts';
+export type { Snooze } from './snooze.ts';
+export type { Duration } from './duration.ts';
+export type { RetryOptions, BackoffOptions, RetryPolicy } from './retry/backoff.ts';
+export { backoffDelay } from './retry/backoff.ts';
+export { defaultClassifier } from './retry/classify.ts';
+export type { ErrorCategory, ErrorClassifier, Classification } from './retry/classify.ts';
+export type { EnqueueOptions, EnqueueManyOptions } from './jobs/enqueue.ts';
+export type { JobInfo, JobState, JobHistoryEntry, JobAttemptError } from './jobs/get.ts';
+export { Worker } from './worker/worker.ts';
+export type { WorkerOptions, WorkerEvents } from './worker/worker.ts';
+export type { Job, JobContext, JobHandler } from './worker/types.ts';
+export type { TransactionLike } from './storage/driver.ts';
+export { migrations, migrationSql } from './storage/migrations.ts';
+export type { Migration } from './storage/migrations.ts';

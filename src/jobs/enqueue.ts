@@ -1,0 +1,150 @@
+import type { JobDefinition } from '../define.ts';
+import { toMilliseconds, type Duration } from '../duration.ts';
+import { ValidationError } from '../errors.ts';
+import { newId } from '../ids.ts';
+import { serializePayload, validatePayload } from '../payload.ts';
+import { asQueryable, type Driver, type Queryable, type TransactionLike } from '../storage/driver.ts';
+import type { JobQueries } from './queries.ts';
+
+/** Options of `enqueue`. */
+export interface EnqueueOptions {
+  /** Deduplication key: while a job of this type with this key is unfinished, enqueue returns its id and adds nothing. */
+  key?: string;
+  /** Run no sooner than this long from now. */
+  delay?: Duration;
+  /** Run no sooner than this time. `delay` adds to it when both are given. */
+  runAt?: Date;
+  /** Higher runs first; -32768 to 32767, default 0. */
+  priority?: number;
+  /** Carried through to the job, its logs and its history. */
+  correlationId?: string;
+  /** Enqueue inside this transaction: the job exists if and only if it commits. */
+  tx?: TransactionLike;
+}
+
+/** Options of `enqueueMany`: like {@link EnqueueOptions}, with the key computed per item. */
+export interface EnqueueManyOptions<TInput> extends Omit<EnqueueOptions, 'key'> {
+  key?: (data: TInput, index: number) => string;
+}
+
+interface PreparedRow {
+  id: string;
+  key: string | null;
+  payload: string;
+}
+
+const MAX_KEY_LENGTH = 512;
+
+function checkText(value: unknown, what: string): string | null {
+  if (value === undefined || value === null) return null;
+  if (typeof value !== 'string' || value.length === 0 || value.length > MAX_KEY_LENGTH || value.includes('\u0000')) {
+    throw new ValidationError(`${what} must be a non-empty string of at most ${MAX_KEY_LENGTH} characters without NUL`, [
+      { path: what, message: 'invalid' },
+    ]);
+  }
+  return value;
+}
+
+function checkPriority(priority: unknown): number {
+  if (priority === undefined) return 0;
+  if (!Number.isInteger(priority) || (priority as number) < -32768 || (priority as number) > 32767) {
+    throw new ValidationError(`priority must be an integer from -32768 to 32767, got ${String(priority)}`, [{ path: 'priority', message: 'invalid' }]);
+  }
+  return priority as number;
+}
+
+function checkRunAt(runAt: unknown): Date | null {
+  if (runAt === undefined) return null;
+  if (!(runAt instanceof Date) || Number.isNaN(runAt.getTime())) {
+    throw new ValidationError('runAt must be a valid Date', [{ path: 'runAt', message: 'invalid date' }]);
+  }
+  return runAt;
+}
+
+/**
+ * Validates and writes jobs of one type in one statement; returns their ids in
+ * input order (for a deduplicated item, the id of the unfinished job that
+ * already had its key).
+ */
+export async function enqueueJobs<TData, TInput>(
+  driver: Driver,
+  queries: JobQueries,
+  maxPayloadBytes: number,
+  def: JobDefinition<TData, TInput>,
+  items: readonly TInput[],
+  options: EnqueueManyOptions<TInput>,
+): Promise<string[]> {
+  if (typeof def !== 'object' || def === null || def.kind !== 'job') {
+    throw new TypeError('enqueue: the first argument must be a job definition made by defineJob()');
+  }
+  const what = `job ${def.name}`;
+  const delayMs = options.delay === undefined ? 0 : toMilliseconds(options.delay, 'delay');
+  const runAt = checkRunAt(options.runAt);
+  const priority = checkPriority(options.priority);
+  const correlationId = checkText(options.correlationId, 'correlationId');
+  const db: Queryable = options.tx ? asQueryable(options.tx) : driver;
+
+  const rows: PreparedRow[] = [];
+  const firstByKey = new Map<string, number>();
+  const resultIndex: number[] = [];
+  for (let i = 0; i < items.length; i++) {
+    const value = await validatePayload(def.schema, items[i], what);
+    const payload = serializePayload(value, maxPayloadBytes, what);
+    const key = options.key ? checkText(options.key(items[i] as TInput, i), 'key') : null;
+    if (key !== null) {
+      const earlier = firstByKey.get(key);
+      if (earlier !== undefined) {
+        resultIndex.push(earlier);
+        continue;
+      }
+      firstByKey.set(key, rows.length);
+    }
+    resultIndex.push(rows.length);
+    rows.push({ id: newId(), key, payload });
+  }
+  if (rows.length === 0) return [];
+
+  const ids = await insertRows(db, queries, def, rows, { delayMs, runAt, priority, correlationId });
+  return resultIndex.map((i) => ids[i]!);
+}
+
+async function insertRows(
+  db: Queryable,
+  queries: JobQueries,
+  def: JobDefinition<unknown, unknown>,
+  rows: PreparedRow[],
+  shared: { delayMs: number; runAt: Date | null; priority: number; correlationId: string | null },
+): Promise<string[]> {
+  const n = rows.length;
+  const fill = <T>(value: T): T[] => new Array<T>(n).fill(value);
+  const { rows: inserted } = await db.query<{ id: string }>(queries.enqueue.text, [
+    rows.map((r) => r.id),
+    def.queue,
+    def.name,
+    fill(shared.priority),
+    fill(shared.runAt),
+    fill(shared.delayMs),
+    def.retry.maxAttempts,
+    rows.map((r) => r.key),
+    fill(shared.correlationId),
+    def.retry.maxAgeMs,
+    rows.map((r) => r.payload),
+  ]);
+  if (inserted.length === n) return rows.map((r) => r.id);
+
+  // Some keys were taken by unfinished jobs: answer with their ids.
+  const insertedIds = new Set(inserted.map((r) => r.id));
+  const skipped = rows.filter((r) => !insertedIds.has(r.id));
+  const { rows: existing } = await db.query<{ id: string; dedup_key: string }>(queries.findUnfinishedByKey.text, [
+    def.name,
+    skipped.map((r) => r.key),
+  ]);
+  const idByKey = new Map(existing.map((r) => [r.dedup_key, r.id]));
+  const retry = skipped.filter((r) => !idByKey.has(r.key!));
+  if (retry.length > 0) {
+    // The job holding the key finished between our insert and our look-up: try again.
+    const again = await insertRows(db, queries, def, retry, shared);
+    retry.forEach((r, i) => idByKey.set(r.key!, again[i]!));
+  }
+  return rows.map((r) => (insertedIds.has(r.id) ? r.id : idByKey.get(r.key!)!));
+}

@@ -1,0 +1,143 @@
+import { isUuid } from '../ids.ts';
+import type { Driver } from '../storage/driver.ts';
+import type { JobQueries } from './queries.ts';
+
+/** The states of a job. */
+export type JobState = 'scheduled' | 'available' | 'active' | 'retrying' | 'completed' | 'dead' | 'cancelled';
+
+/** One failed attempt, as kept in the job's history. */
+export interface JobAttemptError {
+  attempt: number;
+  category: string;
+  message: string;
+  stack: string | null;
+  at: Date;
+}
+
+/** One line of a job's history, oldest first. */
+export interface JobHistoryEntry {
+  at: Date;
+  event: 'enqueued' | 'failed' | 'started' | 'completed' | 'dead-lettered' | 'cancelled';
+  attempt?: number;
+  detail?: string;
+}
+
+/** Everything mailroom knows about one job. */
+export interface JobInfo {
+  id: string;
+  type: string;
+  queue: string;
+  state: JobState;
+  /** For people: "queued", "processing", "completed", "will retry at …", "sent to support", "cancelled". */
+  status: string;
+  data: unknown;
+  attempts: number;
+  maxAttempts: number;
+  priority: number;
+  key: string | null;
+  correlationId: string | null;
+  createdAt: Date;
+  /** When it runs next (waiting states only). */
+  nextRunAt: Date | null;
+  startedAt: Date | null;
+  finishedAt: Date | null;
+  lockedBy: string | null;
+  lockedUntil: Date | null;
+  lastError: { category: string; message: string } | null;
+  /** Why it was dead-lettered: the error category, `max-attempts` or `max-age`. */
+  deadReason: string | null;
+  errors: JobAttemptError[];
+  history: JobHistoryEntry[];
+}
+
+interface JobRow {
+  id: string;
+  queue: string;
+  type: string;
+  state: JobState;
+  priority: number;
+  run_at: Date;
+  attempt: number;
+  max_attempts: number;
+  locked_until: Date | null;
+  locked_by: string | null;
+  dedup_key: string | null;
+  correlation_id: string | null;
+  created_at: Date;
+  started_at: Date | null;
+  finished_at: Date | null;
+  dead_reason: string | null;
+  last_error: { category: string; message: string } | null;
+  payload: unknown;
+}
+
+interface ErrorRow {
+  attempt: number;
+  category: string;
+  message: string;
+  stack: string | null;
+  failed_at: Date;
+}
+
+/** The status line a support person reads. */
+export function humanStatus(state: JobState, runAt: Date): string {
+  switch (state) {
+    case 'scheduled':
+    case 'available':
+      return 'queued';
+    case 'active':
+      return 'processing';
+    case 'retrying':
+      return `will retry at ${runAt.toISOString()}`;
+    case 'completed':
+      return 'completed';
+    case 'dead':
+      return 'sent to support';
+    case 'cancelled':
+      return 'cancelled';
+  }
+}
+
+/** Reads one job and its attempt history; undefined when there is no such job (or the id is not a UUID). */
+export async function getJob(driver: Driver, queries: JobQueries, id: string): Promise<JobInfo | undefined> {
+  if (!isUuid(id)) return undefined;
+  const { rows } = await driver.run<JobRow>(queries.getJob, [id]);
+  const row = rows[0];
+  if (!row) return undefined;
+  const { rows: errorRows } = await driver.run<ErrorRow>(queries.getErrors, [id]);
+  const errors = errorRows.map((e) => ({ attempt: e.attempt, category: e.category, message: e.message, stack: e.stack, at: e.failed_at }));
+  const history: JobHistoryEntry[] = [{ at: row.created_at, event: 'enqueued' }];
+  for (const e of errors) history.push({ at: e.at, event: 'failed', attempt: e.attempt, detail: `${e.category}: ${e.message}` });
+  if (row.started_at && row.state === 'active') history.push({ at: row.started_at, event: 'started', attempt: row.attempt });
+  if (row.finished_at) {
+    const event = row.state === 'completed' ? 'completed' : row.state === 'dead' ? 'dead-lettered' : 'cancelled';
+    const entry: JobHistoryEntry = { at: row.finished_at, event, attempt: row.attempt };
+    if (row.dead_reason) entry.detail = row.dead_reason;
+    history.push(entry);
+  }
+  history.sort((a, b) => a.at.getTime() - b.at.getTime());
+  const waiting = row.state === 'scheduled' || row.state === 'available' || row.state === 'retrying';
+  return {
+    id: row.id,
+    type: row.type,
+    queue: row.queue,
+    state: row.state,
+    status: humanStatus(row.state, row.run_at),
+    data: row.payload,
+    attempts: row.attempt,
+    maxAttempts: row.max_attempts,
+    priority: row.priority,
+    key: row.dedup_key,
+    correlationId: row.correlation_id,
+    createdAt: row.created_at,
+    nextRunAt: waiting ? row.run_at : null,
+    startedAt: row.started_at,
+    finishedAt: row.finished_at,
+    lockedBy: row.locked_by,
+    lockedUntil: row.locked_until,
+    lastError: row.last_error,
+    deadReason: row.dead_reason,
+    errors,
+    history,
+  };
+}

@@ -1,0 +1,146 @@
+import type { NamedQuery } from '../storage/driver.ts';
+
+/**
+ * Every statement of the job state machine, for one schema. The schema name is
+ * a validated, quoted identifier; every value is a bind parameter. Each state
+ * change of an active job is fenced: `id = $ AND claim_count = $ AND state = 'active'`.
+ */
+export interface JobQueries {
+  enqueue: NamedQuery;
+  findUnfinishedByKey: NamedQuery;
+  claim: NamedQuery;
+  complete: NamedQuery;
+  fail: NamedQuery;
+  reschedule: NamedQuery;
+  heartbeat: NamedQuery;
+  rescueExpired: NamedQuery;
+  getJob: NamedQuery;
+  getErrors: NamedQuery;
+}
+
+const WAITING = `('available', 'scheduled', 'retrying')`;
+const UNFINISHED = `('scheduled', 'available', 'active', 'retrying')`;
+
+/** Builds the job statements for a quoted schema name (see `quoteSchema`). */
+export function jobQueries(quotedSchema: string): JobQueries {
+  const s = quotedSchema;
+  const tag = quotedSchema.slice(1, -1);
+  const q = (name: string, text: string): NamedQuery => ({ name: `mailroom_${name}_${tag}`, text });
+  return {
+    // $1 ids, $2 queue, $3 type, $4 priorities, $5 run_at (null: now), $6 delay ms, $7 max attempts,
+    // $8 dedup keys, $9 correlation ids, $10 max age ms (null: none), $11 payloads (json text)
+    enqueue: q(
+      'enqueue',
+      `INSERT INTO ${s}.jobs (id, queue, type, state, priority, run_at, max_attempts, dedup_key, correlation_id, expires_at, payload)
+       SELECT i.id, $2, $3,
+              CASE WHEN i.run_at > now() THEN 'scheduled' ELSE 'available' END,
+              i.priority, i.run_at, $7, i.dedup_key, i.correlation_id,
+              now() + $10::bigint * interval '1 millisecond', i.payload::jsonb
+         FROM (SELECT u.id, u.priority, u.dedup_key, u.correlation_id, u.payload,
+                      COALESCE(u.run_at, now()) + u.delay_ms * interval '1 millisecond' AS run_at
+                 FROM unnest($1::uuid[], $4::smallint[], $5::timestamptz[], $6::bigint[], $8::text[], $9::text[], $11::text[])
+                      AS u(id, priority, run_at, delay_ms, dedup_key, correlation_id, payload)) AS i
+       ON CONFLICT (type, dedup_key) WHERE dedup_key IS NOT NULL AND state IN ${UNFINISHED} DO NOTHING
+       RETURNING id`,
+    ),
+    findUnfinishedByKey: q(
+      'find_by_key',
+      `SELECT id, dedup_key FROM ${s}.jobs WHERE type = $1 AND dedup_key = ANY($2::text[]) AND state IN ${UNFINISHED}`,
+    ),
+    // $1 queues, $2 batch size, $3 lease ms, $4 worker id
+    claim: q(
+      'claim',
+      `WITH next AS (
+         SELECT id FROM ${s}.jobs
+          WHERE state IN ${WAITING} AND queue = ANY($1::text[]) AND run_at <= now()
+          ORDER BY priority DESC, run_at, id
+          LIMIT $2
+          FOR UPDATE SKIP LOCKED)
+       UPDATE ${s}.jobs AS j
+          SET state = 'active', attempt = j.attempt + 1, claim_count = j.claim_count + 1,
+              locked_until = now() + $3::bigint * interval '1 millisecond', locked_by = $4, started_at = now()
+         FROM next WHERE j.id = next.id
+       RETURNING j.id, j.queue, j.type, j.payload, j.attempt, j.max_attempts, j.claim_count, j.priority,
+                 j.correlation_id, j.created_at, j.expires_at`,
+    ),
+    // $1 ids, $2 claim tokens
+    complete: q(
+      'complete',
+      `UPDATE ${s}.jobs AS j SET state = 'completed', finished_at = now(), locked_until = NULL
+         FROM unnest($1::uuid[], $2::int[]) AS c(id, claim)
+        WHERE j.id = c.id AND j.claim_count = c.claim AND j.state = 'active'
+       RETURNING j.id`,
+    ),
+    // $1 id, $2 claim, $3 retry wanted, $4 delay ms, $5 dead reason if not retried,
+    // $6 category, $7 message, $8 stack. Past expires_at a retry becomes a dead letter ('max-age').
+    fail: q(
+      'fail',
+      `WITH decided AS (
+         SELECT id, ($3::boolean AND (expires_at IS NULL OR now() + $4::bigint * interval '1 millisecond' <= expires_at)) AS retry
+           FROM ${s}.jobs WHERE id = $1 AND claim_count = $2 AND state = 'active'),
+       updated AS (
+         UPDATE ${s}.jobs AS j
+            SET state = CASE WHEN d.retry THEN 'retrying' ELSE 'dead' END,
+                run_at = CASE WHEN d.retry THEN now() + $4::bigint * interval '1 millisecond' ELSE j.run_at END,
+                finished_at = CASE WHEN d.retry THEN NULL ELSE now() END,
+                dead_reason = CASE WHEN d.retry THEN NULL WHEN $3::boolean THEN 'max-age' ELSE $5 END,
+                locked_until = NULL,
+                last_error = jsonb_build_object('category', $6::text, 'message', $7::text)
+           FROM decided AS d
+          WHERE j.id = d.id AND j.claim_count = $2 AND j.state = 'active'
+         RETURNING j.id, j.claim_count, j.attempt, j.state, j.run_at)
+       INSERT INTO ${s}.job_errors (job_id, claim, attempt, category, message, stack)
+       SELECT id, claim_count, attempt, $6, $7, $8 FROM updated
+       RETURNING (SELECT state FROM updated) AS state, (SELECT run_at FROM updated) AS run_at`,
+    ),
+    // $1 id, $2 claim, $3 delay ms. Snooze and graceful release: back to waiting, the attempt not spent.
+    reschedule: q(
+      'reschedule',
+      `UPDATE ${s}.jobs
+          SET state = CASE WHEN $3::bigint > 0 THEN 'scheduled' ELSE 'available' END,
+              run_at = now() + $3::bigint * interval '1 millisecond', attempt = attempt - 1, locked_until = NULL
+        WHERE id = $1 AND claim_count = $2 AND state = 'active'
+       RETURNING id`,
+    ),
+    // $1 ids, $2 claim tokens, $3 lease ms
+    heartbeat: q(
+      'heartbeat',
+      `UPDATE ${s}.jobs AS j SET locked_until = now() + $3::bigint * interval '1 millisecond'
+         FROM unnest($1::uuid[], $2::int[]) AS c(id, claim)
+        WHERE j.id = c.id AND j.claim_count = c.claim AND j.state = 'active'
+       RETURNING j.id`,
+    ),
+    // $1 batch size, $2 message. Counts the attempt; touches a job only if still active with the claim it read.
+    rescueExpired: q(
+      'rescue',
+      `WITH expired AS (
+         SELECT id, claim_count FROM ${s}.jobs
+          WHERE state = 'active' AND locked_until < now()
+          ORDER BY locked_until LIMIT $1
+          FOR UPDATE SKIP LOCKED),
+       updated AS (
+         UPDATE ${s}.jobs AS j
+            SET state = CASE WHEN j.attempt >= j.max_attempts OR j.expires_at < now() THEN 'dead' ELSE 'retrying' END,
+                dead_reason = CASE WHEN j.attempt >= j.max_attempts THEN 'max-attempts' WHEN j.expires_at < now() THEN 'max-age' END,
+                finished_at = CASE WHEN j.attempt >= j.max_attempts OR j.expires_at < now() THEN now() END,
+                run_at = now(), locked_until = NULL,
+                last_error = jsonb_build_object('category', 'lease-expired', 'message', $2::text)
+           FROM expired AS e
+          WHERE j.id = e.id AND j.claim_count = e.claim_count AND j.state = 'active'
+         RETURNING j.id, j.claim_count, j.attempt, j.state)
+       INSERT INTO ${s}.job_errors (job_id, claim, attempt, category, message)
+       SELECT id, claim_count, attempt, 'lease-expired', $2 FROM updated
+       RETURNING job_id`,
+    ),
+    getJob: q(
+      'get_job',
+      `SELECT id, queue, type, state, priority, run_at, attempt, max_attempts, claim_count, locked_until, locked_by,
+              dedup_key, correlation_id, expires_at, created_at, started_at, finished_at, dead_reason, last_error, payload
+         FROM ${s}.jobs WHERE id = $1`,
+    ),
+    getErrors: q(
+      'get_errors',
+      `SELECT claim, attempt, category, message, stack, failed_at FROM ${s}.job_errors WHERE job_id = $1 ORDER BY claim`,
+    ),
+  };
+}

@@ -1,0 +1,191 @@
+import type { PGlite } from '@electric-sql/pglite';
+import type pg from 'pg';
+import type { JobDefinition } from './define.ts';
+import { quoteSchema } from './identifiers.ts';
+import { enqueueJobs, type EnqueueManyOptions, type EnqueueOptions } from './jobs/enqueue.ts';
+import { getJob, type JobInfo } from './jobs/get.ts';
+import { jobQueries, type JobQueries } from './jobs/queries.ts';
+import { DEFAULT_MAX_PAYLOAD_BYTES } from './payload.ts';
+import { connect, type DatabaseOption } from './storage/connect.ts';
+import type { Driver, Queryable } from './storage/driver.ts';
+import { migrate } from './storage/migrations.ts';
+import { explainDatabaseError } from './storage/explain.ts';
+import { Maintenance } from './worker/maintenance.ts';
+import { Worker, type WorkerOptions } from './worker/worker.ts';
+import { toMilliseconds, type Duration } from './duration.ts';
+import { ValidationError } from './errors.ts';
+
+/** Options of {@link createMailroom}. */
+export interface MailroomOptions {
+  /**
+   * A `postgres://` URL, a `pg.Pool` or a PGlite instance. Unset: `DATABASE_URL`,
+   * else an embedded PGlite database in `./.mailroom`.
+   */
+  database?: string | pg.Pool | PGlite;
+  /** PostgreSQL schema for mailroom's tables. Default `'mailroom'`. */
+  schema?: string;
+  /** Largest payload accepted, in bytes (JSON). Default 1 MiB. */
+  maxPayloadBytes?: number;
+  /** Connections in the pool mailroom opens for a URL. Default 10. */
+  poolSize?: number;
+  /** How often workers look for expired leases. Default `'5s'`. */
+  rescueInterval?: Duration;
+}
+
+/** The transaction handle `mailroom.transaction()` gives: run SQL, and pass it as `{ tx }`. */
+export interface MailroomTransaction extends Queryable {}
+
+/** Read access to jobs. */
+export interface JobsApi {
+  /**
+   * A job's state, human status, attempts, errors and history.
+   *
+   * @example
+   * const job = await mailroom.jobs.get(id); console.log(job?.status);
+   */
+  get(id: string): Promise<JobInfo | undefined>;
+}
+
+/**
+ * A mailroom instance: enqueue jobs, run workers, read job state. Made by
+ * {@link createMailroom}.
+ */
+export class Mailroom {
+  readonly schema: string;
+  readonly jobs: JobsApi;
+  private readonly queries: JobQueries;
+  private readonly maintenance: Maintenance;
+  private readonly workers = new Set<Worker>();
+
+  /** @internal use {@link createMailroom} */
+  constructor(
+    private readonly driver: Driver,
+    options: MailroomOptions,
+  ) {
+    this.schema = options.schema ?? 'mailroom';
+    this.queries = jobQueries(quoteSchema(this.schema));
+    this.maxPayloadBytes = options.maxPayloadBytes ?? DEFAULT_MAX_PAYLOAD_BYTES;
+    const rescueMs = toMilliseconds(options.rescueInterval ?? '5s', 'rescueInterval');
+    this.maintenance = new Maintenance(driver, this.queries, Math.max(10, rescueMs), (error) =>
+      console.error('[mailroom] maintenance:', this.explain(error).message),
+    );
+    this.jobs = { get: (id) => getJob(this.driver, this.queries, id).catch((e) => this.fail(e)) };
+  }
+
+  private readonly maxPayloadBytes: number;
+
+  /** Which driver is in use: `'pg'` (a server) or `'pglite'` (embedded). */
+  get databaseKind(): 'pg' | 'pglite' {
+    return this.driver.kind;
+  }
+
+  /**
+   * Creates or upgrades mailroom's tables. Safe to run from several processes at once.
+   *
+   * @example
+   * await mailroom.migrate();
+   */
+  async migrate(): Promise<{ applied: number[] }> {
+    return migrate(this.driver, this.schema);
+  }
+
+  /**
+   * Adds a job; returns its id. With `tx` it exists only if that transaction commits.
+   *
+   * @example
+   * const id = await mailroom.enqueue(sendWelcome, { userId: 'u1' }, { key: 'welcome:u1', delay: '5m' });
+   */
+  async enqueue<TData, TInput>(def: JobDefinition<TData, TInput>, data: TInput, options: EnqueueOptions = {}): Promise<string> {
+    const { key, ...rest } = options;
+    const many: EnqueueManyOptions<TInput> = key === undefined ? rest : { ...rest, key: () => key };
+    const [id] = await enqueueJobs(this.driver, this.queries, this.maxPayloadBytes, def, [data], many).catch((e) => this.fail(e));
+    return id!;
+  }
+
+  /**
+   * Adds many jobs of one type in one statement; returns their ids in order.
+   *
+   * @example
+   * await mailroom.enqueueMany(sendWelcome, users.map((u) => ({ userId: u.id })), { key: (d) => `welcome:${d.userId}` });
+   */
+  async enqueueMany<TData, TInput>(def: JobDefinition<TData, TInput>, data: readonly TInput[], options: EnqueueManyOptions<TInput> = {}): Promise<string[]> {
+    if (!Array.isArray(data)) throw new ValidationError('enqueueMany: data must be an array', [{ path: 'data', message: 'not an array' }]);
+    return enqueueJobs(this.driver, this.queries, this.maxPayloadBytes, def, data, options).catch((e) => this.fail(e));
+  }
+
+  /**
+   * Runs `fn` in a transaction; pass its `tx` to `enqueue` so jobs commit or
+   * roll back with your own writes.
+   *
+   * @example
+   * await mailroom.transaction(async (tx) => {
+   *   await tx.query('INSERT INTO users (id) VALUES ($1)', [id]);
+   *   await mailroom.enqueue(sendWelcome, { userId: id }, { tx });
+   * });
+   */
+  transaction<T>(fn: (tx: MailroomTransaction) => Promise<T>): Promise<T> {
+    return this.driver.transaction((tx) => fn({ query: (sql, params) => tx.query(sql, params) }));
+  }
+
+  /**
+   * Makes a worker for some queues. Call `start()` on it.
+   *
+   * @example
+   * const worker = mailroom.worker({ queues: ['email'], concurrency: 5, handlers: { [sendWelcome.name]: async (job) => send(job.data) } });
+   * await worker.start();
+   */
+  worker(options: WorkerOptions): Worker {
+    const maintenance = options.maintenance === false ? undefined : this.maintenance;
+    const worker = new Worker(this.driver, this.queries, `${this.schema}_wakeup`, options, maintenance);
+    this.workers.add(worker);
+    return worker;
+  }
+
+  /**
+   * Runs maintenance once now: rescues jobs whose lease expired. Workers do
+   * this on their own every `rescueInterval`.
+   *
+   * @example
+   * const { rescued } = await mailroom.maintain();
+   */
+  async maintain(): Promise<{ rescued: number }> {
+    return { rescued: await this.maintenance.rescueExpired().catch((e) => this.fail(e)) };
+  }
+
+  /**
+   * Stops every worker (graceful, default 30s timeout) and closes the connection mailroom opened.
+   *
+   * @example
+   * await mailroom.close();
+   */
+  async close(options: { timeout?: Duration } = {}): Promise<void> {
+    await Promise.all([...this.workers].map((w) => w.stop(options)));
+    await this.driver.close();
+  }
+
+  private explain(error: unknown): Error {
+    return explainDatabaseError(error, this.schema);
+  }
+
+  private fail(error: unknown): never {
+    throw this.explain(error);
+  }
+}
+
+/**
+ * Opens mailroom on a database. Call `migrate()` once before use.
+ *
+ * @example
+ * const mailroom = await createMailroom({ database: process.env.DATABASE_URL });
+ * await mailroom.migrate();
+ */
+export async function createMailroom(options: MailroomOptions = {}): Promise<Mailroom> {
+  quoteSchema(options.schema ?? 'mailroom');
+  if (options.maxPayloadBytes !== undefined && (!Number.isInteger(options.maxPayloadBytes) || options.maxPayloadBytes < 1)) {
+    throw new ValidationError('maxPayloadBytes must be a positive integer', [{ path: 'maxPayloadBytes', message: 'invalid' }]);
+  }
+  const poolSize = options.poolSize ?? 10;
+  if (!Number.isInteger(poolSize) || poolSize < 2) throw new ValidationError('poolSize must be an integer of 2 or more', [{ path: 'poolSize', message: 'invalid' }]);
+  const driver = await connect(options.database as DatabaseOption | undefined, poolSize);
+  return new Mailroom(driver, options);
+}

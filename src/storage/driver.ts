@@ -1,0 +1,67 @@
+/**
+ * The one small seam between mailroom and a PostgreSQL driver. Both drivers
+ * (node-postgres for a server, PGlite embedded) run the same SQL.
+ */
+
+/** Result of one statement. */
+export interface QueryResult<R> {
+  rows: R[];
+  rowCount: number;
+}
+
+/** Something that runs a parameterised statement: a pool, a client or a transaction. */
+export interface Queryable {
+  query<R = Record<string, unknown>>(sql: string, params?: readonly unknown[]): Promise<QueryResult<R>>;
+}
+
+/** A transaction mailroom opened: statements, plus multi-statement scripts (migrations). */
+export interface Transaction extends Queryable {
+  exec(script: string): Promise<void>;
+}
+
+/** A named statement that node-postgres prepares once per connection. */
+export interface NamedQuery {
+  name: string;
+  text: string;
+}
+
+/** A connection to the database as mailroom uses it. */
+export interface Driver extends Queryable {
+  readonly kind: 'pg' | 'pglite';
+  /** Runs a prepared (named) statement outside any transaction. */
+  run<R = Record<string, unknown>>(query: NamedQuery, params: readonly unknown[]): Promise<QueryResult<R>>;
+  /** Runs `fn` in a transaction; commits when it resolves, rolls back when it throws. */
+  transaction<T>(fn: (tx: Transaction) => Promise<T>): Promise<T>;
+  /** Calls `onNotify` for each NOTIFY on `channel`; resolves to an unsubscribe function. */
+  listen(channel: string, onNotify: (payload: string) => void): Promise<() => Promise<void>>;
+  /** Releases what this driver opened (not a pool or database the user passed in). */
+  close(): Promise<void>;
+}
+
+/**
+ * A transaction handle from the caller: a node-postgres client inside BEGIN, a
+ * PGlite transaction, or the `tx` of `mailroom.transaction(fn)`.
+ */
+export interface TransactionLike {
+  query(text: string, params?: unknown[]): Promise<unknown>;
+}
+
+interface RawResult {
+  rows?: unknown[];
+  rowCount?: number | null;
+  affectedRows?: number;
+}
+
+/** Adapts a user's transaction handle (pg client or PGlite transaction) to {@link Queryable}. */
+export function asQueryable(tx: TransactionLike): Queryable {
+  if (typeof tx !== 'object' || tx === null || typeof (tx as { query?: unknown }).query !== 'function') {
+    throw new TypeError('tx must be a node-postgres client inside a transaction, a PGlite transaction, or the tx of mailroom.transaction()');
+  }
+  return {
+    async query<R>(sql: string, params?: readonly unknown[]): Promise<QueryResult<R>> {
+      const raw = (await tx.query(sql, params ? [...params] : [])) as RawResult;
+      const rows = (raw.rows ?? []) as R[];
+      return { rows, rowCount: raw.rowCount ?? raw.affectedRows ?? rows.length };
+    },
+  };
+}

@@ -1,0 +1,126 @@
+import pg from 'pg';
+import type { Driver, NamedQuery, QueryResult, Transaction } from './driver.ts';
+
+const RECONNECT_DELAY_MS = 1000;
+
+/**
+ * Driver over a node-postgres pool. Hot statements are sent as named
+ * (prepared) statements; LISTEN holds one dedicated client, reconnecting after
+ * a lost connection (a notification is only a hint, so one missed is harmless).
+ */
+export class PgDriver implements Driver {
+  readonly kind = 'pg' as const;
+  private readonly listeners = new Map<string, Set<(payload: string) => void>>();
+  private listenClient: pg.PoolClient | undefined;
+  private listenConnecting: Promise<void> | undefined;
+  private closed = false;
+
+  constructor(
+    private readonly pool: pg.Pool,
+    private readonly ownsPool: boolean,
+  ) {
+    if (ownsPool) {
+      // An idle client losing its connection (server restart, terminated backend)
+      // must not crash the process; the pool replaces it on next use.
+      pool.on('error', () => {});
+    }
+  }
+
+  async query<R>(sql: string, params: readonly unknown[] = []): Promise<QueryResult<R>> {
+    const result = await this.pool.query(sql, params as unknown[]);
+    return { rows: result.rows as R[], rowCount: result.rowCount ?? 0 };
+  }
+
+  async run<R>(query: NamedQuery, params: readonly unknown[]): Promise<QueryResult<R>> {
+    const result = await this.pool.query({ name: query.name, text: query.text, values: params as unknown[] });
+    return { rows: result.rows as R[], rowCount: result.rowCount ?? 0 };
+  }
+
+  async transaction<T>(fn: (tx: Transaction) => Promise<T>): Promise<T> {
+    const client = await this.pool.connect();
+    let broken = false;
+    try {
+      await client.query('BEGIN');
+      const tx: Transaction = {
+        async query<R>(sql: string, params: readonly unknown[] = []): Promise<QueryResult<R>> {
+          const result = await client.query(sql, params as unknown[]);
+          return { rows: result.rows as R[], rowCount: result.rowCount ?? 0 };
+        },
+        async exec(script: string): Promise<void> {
+          await client.query(script);
+        },
+      };
+      const value = await fn(tx);
+      await client.query('COMMIT');
+      return value;
+    } catch (err) {
+      try {
+        await client.query('ROLLBACK');
+      } catch {
+        broken = true;
+      }
+      throw err;
+    } finally {
+      client.release(broken);
+    }
+  }
+
+  async listen(channel: string, onNotify: (payload: string) => void): Promise<() => Promise<void>> {
+    let set = this.listeners.get(channel);
+    if (!set) {
+      set = new Set();
+      this.listeners.set(channel, set);
+      if (this.listenClient) await this.listenClient.query(`LISTEN "${channel}"`);
+    }
+    set.add(onNotify);
+    await this.ensureListenClient();
+    return async () => {
+      const current = this.listeners.get(channel);
+      current?.delete(onNotify);
+      if (current && current.size === 0) {
+        this.listeners.delete(channel);
+        await this.listenClient?.query(`UNLISTEN "${channel}"`).catch(() => {});
+      }
+    };
+  }
+
+  private ensureListenClient(): Promise<void> {
+    if (this.listenClient || this.closed) return Promise.resolve();
+    this.listenConnecting ??= this.connectListenClient().finally(() => {
+      this.listenConnecting = undefined;
+    });
+    return this.listenConnecting;
+  }
+
+  private async connectListenClient(): Promise<void> {
+    const client = await this.pool.connect();
+    client.on('notification', (msg) => {
+      for (const fn of this.listeners.get(msg.channel) ?? []) fn(msg.payload ?? '');
+    });
+    const onLost = () => {
+      if (this.listenClient !== client) return;
+      this.listenClient = undefined;
+      client.release(true);
+      if (!this.closed) setTimeout(() => void this.ensureListenClient().catch(() => this.scheduleRelisten()), RECONNECT_DELAY_MS).unref();
+    };
+    client.on('error', onLost);
+    client.on('end', onLost);
+    for (const channel of this.listeners.keys()) await client.query(`LISTEN "${channel}"`);
+    this.listenClient = client;
+  }
+
+  private scheduleRelisten(): void {
+    if (!this.closed) setTimeout(() => void this.ensureListenClient().catch(() => this.scheduleRelisten()), RECONNECT_DELAY_MS).unref();
+  }
+
+  async close(): Promise<void> {
+    this.closed = true;
+    const client = this.listenClient;
+    this.listenClient = undefined;
+    if (client) {
+      await client.query('UNLISTEN *').catch(() => {});
+      client.release();
+    }
+    if (this.ownsPool) await this.pool.end();
+  }
+}

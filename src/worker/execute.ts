@@ -1,0 +1,103 @@
+import { findJob } from '../registry.ts';
+import { backoffDelay, resolveRetryPolicy, type RetryPolicy } from '../retry/backoff.ts';
+import { defaultClassifier, JobTimeoutError, UnknownJobTypeError, type ErrorCategory, type ErrorClassifier } from '../retry/classify.ts';
+import { isSnooze } from '../snooze.ts';
+import type { ClaimedRow, Job, JobContext, JobHandler } from './types.ts';
+
+/** What one run of a handler decided. */
+export type Outcome =
+  | { kind: 'completed' }
+  | { kind: 'snoozed'; delayMs: number }
+  | { kind: 'failed'; retry: boolean; delayMs: number; deadReason: string; category: ErrorCategory; message: string; stack: string | null }
+  | { kind: 'abandoned' };
+
+const DEFAULT_POLICY = resolveRetryPolicy(undefined, 'default');
+const MAX_MESSAGE = 10_000;
+const MAX_STACK = 20_000;
+
+function describe(error: unknown): { message: string; stack: string | null } {
+  if (error instanceof Error) {
+    return { message: (error.message || error.name).slice(0, MAX_MESSAGE), stack: error.stack?.slice(0, MAX_STACK) ?? null };
+  }
+  let message: string;
+  try {
+    message = typeof error === 'string' ? error : JSON.stringify(error) ?? String(error);
+  } catch {
+    message = String(error);
+  }
+  return { message: message.slice(0, MAX_MESSAGE), stack: null };
+}
+
+/** Turns a failure into a retry decision using the job type's classifier and policy. */
+export function decideFailure(row: ClaimedRow, error: unknown, random: () => number = Math.random): Extract<Outcome, { kind: 'failed' }> {
+  const def = findJob(row.type);
+  const classify: ErrorClassifier = def?.classify ?? defaultClassifier;
+  const policy: RetryPolicy = def?.retry ?? DEFAULT_POLICY;
+  let classification;
+  try {
+    classification = classify(error);
+  } catch {
+    classification = defaultClassifier(error);
+  }
+  const { message, stack } = describe(error);
+  const exhausted = row.attempt >= row.max_attempts;
+  const retry = classification.retry && !exhausted;
+  const delayMs = retry ? (classification.retryAfterMs ?? backoffDelay(policy, row.attempt, random)) : 0;
+  const deadReason = classification.retry ? 'max-attempts' : classification.category;
+  return { kind: 'failed', retry, delayMs, deadReason, category: classification.category, message, stack };
+}
+
+/** Builds the handler's view of a claimed row. */
+export function toJob(row: ClaimedRow): Job {
+  return Object.freeze({
+    id: row.id,
+    type: row.type,
+    queue: row.queue,
+    data: row.payload,
+    attempt: row.attempt,
+    maxAttempts: row.max_attempts,
+    priority: row.priority,
+    correlationId: row.correlation_id,
+    createdAt: row.created_at,
+  });
+}
+
+/**
+ * Runs the handler for one claimed row and returns what should happen to the
+ * job. Never throws. The controller's signal is what the handler sees; the
+ * job's timeout aborts it and counts as a `timeout` failure.
+ */
+export async function execute(
+  row: ClaimedRow,
+  handler: JobHandler | undefined,
+  controller: AbortController,
+  workerId: string,
+): Promise<Outcome> {
+  if (!handler) {
+    return decideFailure(row, new UnknownJobTypeError(`no handler for job type "${row.type}" in this worker; register one in worker({ handlers })`));
+  }
+  const timeoutMs = findJob(row.type)?.timeoutMs ?? null;
+  const ctx: JobContext = { signal: controller.signal, workerId };
+  let timer: NodeJS.Timeout | undefined;
+  const aborted = new Promise<'aborted'>((resolve) => {
+    if (controller.signal.aborted) resolve('aborted');
+    controller.signal.addEventListener('abort', () => resolve('aborted'), { once: true });
+  });
+  if (timeoutMs !== null) {
+    timer = setTimeout(() => controller.abort(new JobTimeoutError(`job ${row.type} timed out after ${timeoutMs} ms`)), timeoutMs);
+  }
+  try {
+    const result = await Promise.race([Promise.resolve().then(() => handler(toJob(row), ctx)), aborted]);
+    if (result === 'aborted' && controller.signal.aborted) {
+      const reason: unknown = controller.signal.reason;
+      return reason instanceof JobTimeoutError ? decideFailure(row, reason) : { kind: 'abandoned' };
+    }
+    if (isSnooze(result)) return { kind: 'snoozed', delayMs: result.delayMs };
+    return { kind: 'completed' };
+  } catch (error) {
+    if (controller.signal.aborted && !(controller.signal.reason instanceof JobTimeoutError)) return { kind: 'abandoned' };
+    return decideFailure(row, controller.signal.reason instanceof JobTimeoutError ? controller.signal.reason : error);
+  } finally {
+    if (timer) clearTimeout(timer);
+  }
+}

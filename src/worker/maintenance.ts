@@ -1,0 +1,55 @@
+import type { JobQueries } from '../jobs/queries.ts';
+import type { Driver } from '../storage/driver.ts';
+
+const RESCUE_BATCH = 500;
+export const LEASE_EXPIRED_MESSAGE = 'lease expired: the worker stopped renewing it (crashed, killed, paused or cut off from the database)';
+
+/**
+ * Rescues jobs whose lease expired: each goes back to `retrying` (or to `dead`
+ * when it has used its attempts or outlived maxAge), with the attempt counted
+ * and a `lease-expired` error in its history. Runs in bounded batches; safe to
+ * run in many processes at once.
+ */
+export class Maintenance {
+  private timer: NodeJS.Timeout | undefined;
+  private running: Promise<unknown> | undefined;
+  private users = 0;
+
+  constructor(
+    private readonly driver: Driver,
+    private readonly queries: JobQueries,
+    private readonly intervalMs: number,
+    private readonly onError: (error: unknown) => void,
+  ) {}
+
+  /** One pass: rescues every expired lease now. Returns how many jobs it rescued. */
+  async rescueExpired(): Promise<number> {
+    let total = 0;
+    for (;;) {
+      const { rows } = await this.driver.run(this.queries.rescueExpired, [RESCUE_BATCH, LEASE_EXPIRED_MESSAGE]);
+      total += rows.length;
+      if (rows.length < RESCUE_BATCH) return total;
+    }
+  }
+
+  /** Starts the periodic loop (reference-counted: one loop however many workers share it). */
+  start(): void {
+    this.users++;
+    if (this.timer) return;
+    this.timer = setInterval(() => {
+      if (this.running) return;
+      this.running = this.rescueExpired()
+        .catch(this.onError)
+        .finally(() => (this.running = undefined));
+    }, this.intervalMs);
+    this.timer.unref();
+  }
+
+  stop(): void {
+    this.users = Math.max(0, this.users - 1);
+    if (this.users === 0 && this.timer) {
+      clearInterval(this.timer);
+      this.timer = undefined;
+    }
+  }
+}

@@ -1,0 +1,354 @@
+import { EventEmitter } from 'node:events';
+import { hostname } from 'node:os';
+import { toMilliseconds, type Duration } from '../duration.ts';
+import { assertName } from '../identifiers.ts';
+import { newId } from '../ids.ts';
+import type { JobQueries } from '../jobs/queries.ts';
+import type { Driver } from '../storage/driver.ts';
+import { Completer } from './completer.ts';
+import { execute, type Outcome } from './execute.ts';
+import type { Maintenance } from './maintenance.ts';
+import type { ClaimedRow, JobHandler } from './types.ts';
+
+/** Options of `mailroom.worker()`. */
+export interface WorkerOptions {
+  /** Queues to take jobs from. Default `['default']`. */
+  queues?: string[];
+  /** Handlers by job type name. A claimed job with no handler is dead-lettered as `unknown-type`. */
+  handlers: Record<string, JobHandler<never>>;
+  /** Jobs run at once by this worker. Default 10. */
+  concurrency?: number;
+  /** How long a claim lasts without a heartbeat. Default `'30s'`. */
+  lease?: Duration;
+  /** How often to check for due jobs when no NOTIFY arrives. Default `'1s'`. */
+  pollInterval?: Duration;
+  /** Run the lease-rescue loop in this worker. Default true. */
+  maintenance?: boolean;
+  /** Identifies the worker in `locked_by`. Default host:pid:random. */
+  id?: string;
+}
+
+/** Events a worker emits; handy for logs, metrics and tests. */
+export interface WorkerEvents {
+  completed: [job: { id: string; type: string; attempt: number }];
+  failed: [job: { id: string; type: string; attempt: number }, detail: { category: string; message: string; dead: boolean; runAt: Date | null }];
+  snoozed: [job: { id: string; type: string }, delayMs: number];
+  /** A result was refused because the job's lease was lost (it was rescued and maybe claimed again). */
+  stale: [job: { id: string; type: string; attempt: number }];
+  /** A job handed back on a graceful stop that ran out of time. */
+  released: [job: { id: string; type: string }];
+  /** Infrastructure trouble (database unreachable...). The worker keeps going. */
+  error: [error: unknown];
+}
+
+interface Running {
+  row: ClaimedRow;
+  controller: AbortController;
+  settled: boolean;
+}
+
+const MAX_ERROR_BACKOFF_MS = 30_000;
+
+/**
+ * Claims jobs in batches with `FOR UPDATE SKIP LOCKED`, runs their handlers,
+ * keeps their leases alive with heartbeats, and records each outcome fenced by
+ * the job's claim token. Made by `mailroom.worker()`.
+ */
+export class Worker extends EventEmitter<WorkerEvents> {
+  readonly id: string;
+  private readonly queues: string[];
+  private readonly concurrency: number;
+  private readonly leaseMs: number;
+  private readonly pollMs: number;
+  private readonly running = new Map<string, Running>();
+  private readonly completer: Completer;
+  private state: 'idle' | 'running' | 'stopping' | 'stopped' = 'idle';
+  private loop: Promise<void> | undefined;
+  private wake: (() => void) | undefined;
+  private woken = false;
+  private heartbeatTimer: NodeJS.Timeout | undefined;
+  private unlisten: (() => Promise<void>) | undefined;
+  private readonly settledWaiters = new Set<() => void>();
+
+  constructor(
+    private readonly driver: Driver,
+    private readonly queries: JobQueries,
+    private readonly channel: string,
+    private readonly options: WorkerOptions,
+    private readonly maintenance: Maintenance | undefined,
+  ) {
+    super();
+    this.queues = options.queues ?? ['default'];
+    if (!Array.isArray(this.queues) || this.queues.length === 0) throw new TypeError('worker: queues must be a non-empty array of queue names');
+    for (const q of this.queues) assertName(q, 'worker queue');
+    if (typeof options.handlers !== 'object' || options.handlers === null) throw new TypeError('worker: handlers must be an object of job name -> handler function');
+    this.concurrency = options.concurrency ?? 10;
+    if (!Number.isInteger(this.concurrency) || this.concurrency < 1 || this.concurrency > 10_000) {
+      throw new TypeError(`worker: concurrency must be an integer from 1 to 10000, got ${String(options.concurrency)}`);
+    }
+    this.leaseMs = toMilliseconds(options.lease ?? '30s', 'worker lease');
+    if (this.leaseMs < 100) throw new TypeError('worker: lease must be at least 100ms');
+    this.pollMs = toMilliseconds(options.pollInterval ?? '1s', 'worker pollInterval');
+    this.id = options.id ?? `${hostname()}:${process.pid}:${newId().slice(-8)}`;
+    this.completer = new Completer(driver, queries);
+  }
+
+  /** Jobs this worker is running now. */
+  get activeCount(): number {
+    return this.running.size;
+  }
+
+  /**
+   * Starts claiming and running jobs. Resolves once the worker is listening.
+   *
+   * @example
+   * const worker = mailroom.worker({ queues: ['email'], handlers: { [sendWelcome.name]: send } });
+   * await worker.start();
+   */
+  async start(): Promise<void> {
+    if (this.state !== 'idle') throw new Error(`worker ${this.id} was already started`);
+    this.state = 'running';
+    try {
+      this.unlisten = await this.driver.listen(this.channel, (queue) => {
+        if (this.queues.includes(queue)) this.poke();
+      });
+    } catch (error) {
+      this.report(error); // NOTIFY is only a hint: polling still finds the jobs.
+    }
+    this.heartbeatTimer = setInterval(() => void this.heartbeat(), Math.max(50, Math.floor(this.leaseMs / 3)));
+    this.heartbeatTimer.unref();
+    this.maintenance?.start();
+    this.loop = this.claimLoop();
+  }
+
+  /**
+   * Stops claiming, waits up to `timeout` (default `'30s'`) for running
+   * handlers, then aborts the rest and hands their jobs back to the queue
+   * without spending an attempt.
+   *
+   * @example
+   * process.on('SIGTERM', () => worker.stop({ timeout: '10s' }));
+   */
+  async stop(options: { timeout?: Duration } = {}): Promise<void> {
+    if (this.state === 'stopped' || this.state === 'idle') {
+      this.state = 'stopped';
+      return;
+    }
+    if (this.state === 'stopping') return this.waitStopped();
+    this.state = 'stopping';
+    const timeoutMs = toMilliseconds(options.timeout ?? '30s', 'stop timeout');
+    this.poke();
+    await this.loop;
+    await this.waitForRunning(timeoutMs);
+    const unfinished = [...this.running.values()].filter((r) => !r.settled);
+    for (const r of unfinished) {
+      r.settled = true;
+      r.controller.abort(new Error('worker stopping: graceful stop timed out'));
+    }
+    await Promise.all(unfinished.map((r) => this.release(r)));
+    await this.completer.drain();
+    await this.waitForRunning(Number.POSITIVE_INFINITY);
+    this.shutdownTimers();
+    await this.unlisten?.().catch(() => {});
+    this.state = 'stopped';
+  }
+
+  /**
+   * Stops as a crashed process would: no completions, no releases, no more
+   * heartbeats. Leases run out and the maintenance loop rescues the jobs.
+   * Internal: the demo uses it to crash workers that share its process.
+   */
+  abandon(): void {
+    this.state = 'stopped';
+    this.shutdownTimers();
+    for (const r of this.running.values()) {
+      r.settled = true;
+      r.controller.abort(new Error('worker abandoned'));
+    }
+    this.running.clear();
+    this.poke();
+    void this.unlisten?.().catch(() => {});
+  }
+
+  private shutdownTimers(): void {
+    if (this.heartbeatTimer) clearInterval(this.heartbeatTimer);
+    this.heartbeatTimer = undefined;
+    this.maintenance?.stop();
+  }
+
+  private async waitStopped(): Promise<void> {
+    while (this.state !== 'stopped') await new Promise((r) => setTimeout(r, 10));
+  }
+
+  private poke(): void {
+    this.woken = true;
+    const wake = this.wake;
+    this.wake = undefined;
+    wake?.();
+  }
+
+  private sleep(ms: number): Promise<void> {
+    if (this.woken) {
+      this.woken = false;
+      return Promise.resolve();
+    }
+    return new Promise((resolve) => {
+      const timer = setTimeout(() => {
+        this.wake = undefined;
+        resolve();
+      }, ms);
+      this.wake = () => {
+        clearTimeout(timer);
+        this.woken = false;
+        resolve();
+      };
+    });
+  }
+
+  private async claimLoop(): Promise<void> {
+    let errorDelay = 0;
+    while (this.state === 'running') {
+      const free = this.concurrency - this.running.size;
+      if (free <= 0) {
+        await this.sleep(this.pollMs);
+        continue;
+      }
+      let rows: ClaimedRow[];
+      try {
+        ({ rows } = await this.driver.run<ClaimedRow>(this.queries.claim, [this.queues, free, this.leaseMs, this.id]));
+        errorDelay = 0;
+      } catch (error) {
+        this.report(error);
+        errorDelay = Math.min(MAX_ERROR_BACKOFF_MS, Math.max(100, errorDelay * 2));
+        await this.sleep(errorDelay);
+        continue;
+      }
+      if (this.state !== 'running') {
+        // Stopped while claiming: hand the jobs straight back.
+        await Promise.all(rows.map((row) => this.release({ row, controller: new AbortController(), settled: true })));
+        break;
+      }
+      for (const row of rows) this.run(row);
+      if (rows.length < free) await this.sleep(this.pollMs);
+      else await new Promise<void>((resolve) => setImmediate(resolve));
+    }
+  }
+
+  private run(row: ClaimedRow): void {
+    const entry: Running = { row, controller: new AbortController(), settled: false };
+    this.running.set(row.id, entry);
+    void execute(row, this.options.handlers[row.type] as JobHandler | undefined, entry.controller, this.id)
+      .then((outcome) => this.record(entry, outcome))
+      .catch((error) => this.report(error))
+      .finally(() => {
+        if (this.running.get(row.id) === entry) this.running.delete(row.id);
+        for (const notify of this.settledWaiters) notify();
+        if (this.state === 'running') this.poke();
+      });
+  }
+
+  private async record(entry: Running, outcome: Outcome): Promise<void> {
+    if (entry.settled || outcome.kind === 'abandoned') return;
+    entry.settled = true;
+    const { row } = entry;
+    const job = { id: row.id, type: row.type, attempt: row.attempt };
+    if (outcome.kind === 'completed') {
+      const recorded = await this.withRetries(() => this.completer.complete(row.id, row.claim_count));
+      this.emit(recorded ? 'completed' : 'stale', job);
+      return;
+    }
+    if (outcome.kind === 'snoozed') {
+      const { rowCount } = await this.withRetries(() => this.driver.run(this.queries.reschedule, [row.id, row.claim_count, outcome.delayMs]));
+      if (rowCount > 0) this.emit('snoozed', job, outcome.delayMs);
+      else this.emit('stale', job);
+      return;
+    }
+    const { rows } = await this.withRetries(() =>
+      this.driver.run<{ state: string; run_at: Date }>(this.queries.fail, [
+        row.id,
+        row.claim_count,
+        outcome.retry,
+        outcome.delayMs,
+        outcome.deadReason,
+        outcome.category,
+        outcome.message,
+        outcome.stack,
+      ]),
+    );
+    const first = rows[0];
+    if (!first) {
+      this.emit('stale', job);
+      return;
+    }
+    const dead = first.state === 'dead';
+    this.emit('failed', job, { category: outcome.category, message: outcome.message, dead, runAt: dead ? null : first.run_at });
+  }
+
+  private async release(entry: Running): Promise<void> {
+    try {
+      const { rowCount } = await this.driver.run(this.queries.reschedule, [entry.row.id, entry.row.claim_count, 0]);
+      if (rowCount > 0) this.emit('released', { id: entry.row.id, type: entry.row.type });
+    } catch (error) {
+      this.report(error); // The lease will expire and the job will be rescued.
+    }
+  }
+
+  /** Retries a write a few times (the database may be restarting); then leaves the job to lease expiry. */
+  private async withRetries<T>(write: () => Promise<T>): Promise<T> {
+    let delay = 100;
+    for (let attempt = 1; ; attempt++) {
+      try {
+        return await write();
+      } catch (error) {
+        if (attempt >= 6 || this.state === 'stopped') throw error;
+        this.report(error);
+        await new Promise((r) => setTimeout(r, delay));
+        delay = Math.min(delay * 2, 5000);
+      }
+    }
+  }
+
+  private async heartbeat(): Promise<void> {
+    const entries = [...this.running.values()];
+    if (entries.length === 0) return;
+    try {
+      const { rows } = await this.driver.run<{ id: string }>(this.queries.heartbeat, [
+        entries.map((e) => e.row.id),
+        entries.map((e) => e.row.claim_count),
+        this.leaseMs,
+      ]);
+      const kept = new Set(rows.map((r) => r.id));
+      for (const e of entries) {
+        if (!kept.has(e.row.id) && !e.settled && this.running.get(e.row.id) === e) {
+          // Lease lost (rescued, maybe running elsewhere): stop the handler; its result would be refused anyway.
+          e.settled = true;
+          e.controller.abort(new Error('lease lost: the job was rescued after its lease expired'));
+          this.emit('stale', { id: e.row.id, type: e.row.type, attempt: e.row.attempt });
+        }
+      }
+    } catch (error) {
+      this.report(error);
+    }
+  }
+
+  private waitForRunning(timeoutMs: number): Promise<void> {
+    return new Promise((resolve) => {
+      const check = () => {
+        if ([...this.running.values()].every((r) => r.settled) && this.running.size === 0) done();
+      };
+      const timer = Number.isFinite(timeoutMs) ? setTimeout(() => done(), timeoutMs) : undefined;
+      const done = () => {
+        if (timer) clearTimeout(timer);
+        this.settledWaiters.delete(check);
+        resolve();
+      };
+      this.settledWaiters.add(check);
+      check();
+    });
+  }
+
+  private report(error: unknown): void {
+    if (this.listenerCount('error') > 0) this.emit('error', error);
+    else console.error(`[mailroom] worker ${this.id}:`, error instanceof Error ? error.message : error);
+  }
+}
