@@ -1,0 +1,337 @@
+/**
+ * The job state machine end to end, on PGlite and (with TEST_DATABASE_URL) PostgreSQL:
+ * enqueue, dedup keys, transactional enqueue, completion, retries, dead letters,
+ * snooze, fencing of stale attempts, lease rescue and graceful stop.
+ */
+import { describe, it } from 'node:test';
+import assert from 'node:assert/strict';
+import pg from 'pg';
+import type { PGlite } from '@electric-sql/pglite';
+import { defineJob, PermanentError, RetryableError, snooze, type Job } from '../src/index.ts';
+import { testDatabases } from './helpers/databases.ts';
+import { eventually, waitForEvents } from './helpers/events.ts';
+
+const quick = { maxAttempts: 3, backoff: { base: 5, max: 10 } } as const;
+
+for (const db of testDatabases()) {
+  describe(`job queue on ${db.name}`, () => {
+    it('runs every enqueued job once and marks it completed', async () => {
+      const { mailroom } = await db.open();
+      const job = defineJob<{ n: number }>('queue.basic', { queue: 'basic' });
+      const ids = await mailroom.enqueueMany(job, Array.from({ length: 200 }, (_, n) => ({ n })));
+      const seen: number[] = [];
+      const worker = mailroom.worker({ queues: ['basic'], concurrency: 8, handlers: { [job.name]: (j: Job<{ n: number }>) => void seen.push(j.data.n) } });
+      const done = waitForEvents(worker, 'completed', 200);
+      await worker.start();
+      await done;
+      await worker.stop();
+      assert.deepEqual([...seen].sort((a, b) => a - b), Array.from({ length: 200 }, (_, n) => n));
+      const info = await mailroom.jobs.get(ids[0]!);
+      assert.equal(info?.state, 'completed');
+      assert.equal(info?.status, 'completed');
+      assert.equal(info?.attempts, 1);
+      assert.deepEqual(info?.history.map((h) => h.event), ['enqueued', 'completed']);
+    });
+
+    it('deduplicates by key while the first job is unfinished, and accepts the key again after', async () => {
+      const { mailroom, schema, sql } = await db.open();
+      const job = defineJob<{ v: number }>('queue.dedup', { queue: 'dedup' });
+      const first = await mailroom.enqueue(job, { v: 1 }, { key: 'user:1' });
+      const second = await mailroom.enqueue(job, { v: 2 }, { key: 'user:1' });
+      const many = await mailroom.enqueueMany(job, [{ v: 3 }, { v: 4 }, { v: 5 }], { key: (d) => (d.v === 4 ? 'user:2' : 'user:1') });
+      assert.equal(second, first);
+      assert.equal(many[0], first);
+      assert.equal(many[2], first);
+      assert.notEqual(many[1], first);
+      const count = await sql<{ n: number }>(`SELECT count(*)::int AS n FROM "${schema}".jobs`);
+      assert.equal(count[0]!.n, 2);
+      const worker = mailroom.worker({ queues: ['dedup'], handlers: { [job.name]: () => {} } });
+      const done = waitForEvents(worker, 'completed', 2);
+      await worker.start();
+      await done;
+      await worker.stop();
+      const third = await mailroom.enqueue(job, { v: 6 }, { key: 'user:1' });
+      assert.notEqual(third, first, 'a finished job no longer holds its key');
+    });
+
+    it('a job enqueued in a transaction exists if and only if the transaction commits', async () => {
+      const { mailroom, schema, sql } = await db.open();
+      const job = defineJob('queue.tx', { queue: 'tx' });
+      await sql(`CREATE TABLE "${schema}".orders (id int primary key)`);
+      const committed = await mailroom.transaction(async (tx) => {
+        await tx.query(`INSERT INTO "${schema}".orders VALUES (1)`);
+        return mailroom.enqueue(job, { order: 1 }, { tx });
+      });
+      let rolledBack: string | undefined;
+      await assert.rejects(
+        mailroom.transaction(async (tx) => {
+          await tx.query(`INSERT INTO "${schema}".orders VALUES (2)`);
+          rolledBack = await mailroom.enqueue(job, { order: 2 }, { tx });
+          throw new Error('business rule failed');
+        }),
+        /business rule failed/,
+      );
+      // The driver's own transaction handle works too.
+      const handle = await db.handle();
+      let viaDriver: string;
+      let viaDriverRolledBack: string | undefined;
+      if (db.name === 'postgres') {
+        const client = await (handle as pg.Pool).connect();
+        try {
+          await client.query('BEGIN');
+          viaDriver = await mailroom.enqueue(job, { order: 3 }, { tx: client });
+          await client.query('COMMIT');
+          await client.query('BEGIN');
+          viaDriverRolledBack = await mailroom.enqueue(job, { order: 4 }, { tx: client });
+          await client.query('ROLLBACK');
+        } finally {
+          client.release();
+        }
+      } else {
+        viaDriver = await (handle as PGlite).transaction((tx) => mailroom.enqueue(job, { order: 3 }, { tx }));
+        await (handle as PGlite)
+          .transaction(async (tx) => {
+            viaDriverRolledBack = await mailroom.enqueue(job, { order: 4 }, { tx });
+            await tx.rollback();
+          })
+          .catch(() => {});
+      }
+      assert.ok(rolledBack && viaDriverRolledBack);
+      assert.equal((await mailroom.jobs.get(committed))?.state, 'available');
+      assert.equal((await mailroom.jobs.get(viaDriver))?.state, 'available');
+      assert.equal(await mailroom.jobs.get(rolledBack), undefined);
+      assert.equal(await mailroom.jobs.get(viaDriverRolledBack), undefined);
+      const ran: unknown[] = [];
+      const worker = mailroom.worker({ queues: ['tx'], handlers: { [job.name]: (j: Job) => void ran.push(j.data) } });
+      const done = waitForEvents(worker, 'completed', 2);
+      await worker.start();
+      await done;
+      await worker.stop();
+      assert.deepEqual(ran.map((d) => (d as { order: number }).order).sort(), [1, 3]);
+    });
+
+    it('retries transient failures with backoff, then dead-letters with every attempt recorded', async () => {
+      const { mailroom } = await db.open();
+      const job = defineJob('queue.flaky', { queue: 'flaky', retry: quick });
+      const recovers = await mailroom.enqueue(job, { failTimes: 2 }, { correlationId: 'req-42' });
+      const exhausts = await mailroom.enqueue(job, { failTimes: 99 });
+      const counts = new Map<string, number>();
+      const worker = mailroom.worker({
+        queues: ['flaky'],
+        pollInterval: 20,
+        handlers: {
+          [job.name]: (j: Job<{ failTimes: number }>) => {
+            const n = (counts.get(j.id) ?? 0) + 1;
+            counts.set(j.id, n);
+            if (n <= j.data.failTimes) throw Object.assign(new Error(`boom ${n}`), { code: 'ECONNRESET' });
+          },
+        },
+      });
+      const dead = waitForEvents(worker, 'failed', 5);
+      const completed = waitForEvents(worker, 'completed', 1);
+      await worker.start();
+      await Promise.all([dead, completed]);
+      await worker.stop();
+      const ok = await mailroom.jobs.get(recovers);
+      assert.equal(ok?.state, 'completed');
+      assert.equal(ok?.attempts, 3);
+      assert.equal(ok?.correlationId, 'req-42');
+      assert.deepEqual(ok?.errors.map((e) => [e.attempt, e.category]), [[1, 'transient'], [2, 'transient']]);
+      const bad = await mailroom.jobs.get(exhausts);
+      assert.equal(bad?.state, 'dead');
+      assert.equal(bad?.status, 'sent to support');
+      assert.equal(bad?.deadReason, 'max-attempts');
+      assert.equal(bad?.attempts, 3);
+      assert.deepEqual(bad?.data, { failTimes: 99 });
+      assert.deepEqual(bad?.errors.map((e) => e.message), ['boom 1', 'boom 2', 'boom 3']);
+      assert.ok(bad?.errors.every((e) => e.stack?.includes('boom')));
+      assert.ok(bad?.finishedAt && bad.startedAt && bad.createdAt);
+    });
+
+    it('dead-letters permanent errors at once, honours RetryableError.after, and snoozes without spending attempts', async () => {
+      const { mailroom } = await db.open();
+      const job = defineJob('queue.outcomes', { queue: 'outcomes', retry: { maxAttempts: 2, backoff: { base: '1h', max: '1h' } } });
+      const permanent = await mailroom.enqueue(job, { kind: 'permanent' });
+      const status422 = await mailroom.enqueue(job, { kind: '422' });
+      const after = await mailroom.enqueue(job, { kind: 'after' });
+      const snoozer = await mailroom.enqueue(job, { kind: 'snooze' });
+      let snoozes = 0;
+      const worker = mailroom.worker({
+        queues: ['outcomes'],
+        pollInterval: 20,
+        handlers: {
+          [job.name]: (j: Job<{ kind: string }>) => {
+            if (j.data.kind === 'permanent') throw new PermanentError('card declined');
+            if (j.data.kind === '422') throw Object.assign(new Error('unprocessable'), { status: 422 });
+            if (j.data.kind === 'after') {
+              if (j.attempt === 1) throw new RetryableError('busy', { after: 30 });
+              return;
+            }
+            if (snoozes++ < 3) return snooze(10);
+          },
+        },
+      });
+      const completed = waitForEvents(worker, 'completed', 2);
+      const failed = waitForEvents(worker, 'failed', 3);
+      await worker.start();
+      await Promise.all([completed, failed]);
+      await worker.stop();
+      const p = await mailroom.jobs.get(permanent);
+      assert.equal(p?.state, 'dead');
+      assert.equal(p?.deadReason, 'permanent');
+      assert.equal(p?.attempts, 1);
+      assert.equal((await mailroom.jobs.get(status422))?.deadReason, 'permanent');
+      const a = await mailroom.jobs.get(after);
+      assert.equal(a?.state, 'completed', 'Retry-After of 30ms replaced the 1h backoff');
+      assert.equal(a?.attempts, 2);
+      const s = await mailroom.jobs.get(snoozer);
+      assert.equal(s?.state, 'completed');
+      assert.equal(s?.attempts, 1, 'snoozes spend no attempts');
+      assert.equal(snoozes, 4);
+    });
+
+    it('dead-letters a job past maxAge instead of retrying it', async () => {
+      const { mailroom } = await db.open();
+      const job = defineJob('queue.maxage', { queue: 'maxage', retry: { maxAttempts: 10, maxAge: 1, backoff: { base: '1m', max: '1m' } } });
+      const id = await mailroom.enqueue(job, {});
+      const worker = mailroom.worker({ queues: ['maxage'], handlers: { [job.name]: () => { throw new Error('down'); } } });
+      const failed = waitForEvents(worker, 'failed', 1);
+      await worker.start();
+      const [[, detail]] = (await failed) as [[unknown, { dead: boolean }]];
+      await worker.stop();
+      assert.equal(detail.dead, true);
+      const info = await mailroom.jobs.get(id);
+      assert.equal(info?.state, 'dead');
+      assert.equal(info?.deadReason, 'max-age');
+    });
+
+    it('times a handler out through its AbortSignal and retries it', async () => {
+      const { mailroom } = await db.open();
+      const job = defineJob('queue.timeout', { queue: 'timeout', timeout: 50, retry: quick });
+      const id = await mailroom.enqueue(job, {});
+      let sawAbort = false;
+      const worker = mailroom.worker({
+        queues: ['timeout'],
+        pollInterval: 20,
+        handlers: {
+          [job.name]: (j: Job, ctx) =>
+            j.attempt === 1
+              ? new Promise<void>((resolve) => ctx.signal.addEventListener('abort', () => { sawAbort = true; resolve(); }))
+              : undefined,
+        },
+      });
+      const completed = waitForEvents(worker, 'completed', 1);
+      await worker.start();
+      await completed;
+      await worker.stop();
+      assert.ok(sawAbort);
+      const info = await mailroom.jobs.get(id);
+      assert.equal(info?.attempts, 2);
+      assert.equal(info?.errors[0]?.category, 'timeout');
+    });
+
+    it('fences a stale attempt: after its lease is rescued and re-claimed, the old worker cannot complete or fail it', async () => {
+      const { mailroom, schema, sql } = await db.open();
+      const job = defineJob('queue.fence', { queue: 'fence', retry: quick });
+      const id = await mailroom.enqueue(job, {});
+      let release!: () => void;
+      const gate = new Promise<void>((r) => (release = r));
+      const stale = mailroom.worker({ queues: ['fence'], lease: 200, maintenance: false, handlers: { [job.name]: () => gate } });
+      // The stale worker's heartbeat is what would keep its lease: freeze it by stopping its timers (as SIGSTOP would).
+      const started = new Promise<void>((resolve) => {
+        const check = setInterval(() => { if (stale.activeCount > 0) { clearInterval(check); resolve(); } }, 5);
+      });
+      await stale.start();
+      await started;
+      (stale as unknown as { shutdownTimers(): void }).shutdownTimers();
+      await eventually(async () => (await sql<{ n: number }>(`SELECT count(*)::int AS n FROM "${schema}".jobs WHERE locked_until < now()`))[0]!.n === 1);
+      assert.equal((await mailroom.maintain()).rescued, 1);
+      const fresh = mailroom.worker({ queues: ['fence'], maintenance: false, pollInterval: 20, handlers: { [job.name]: () => {} } });
+      const freshDone = waitForEvents(fresh, 'completed', 1);
+      await fresh.start();
+      await freshDone;
+      const staleResult = waitForEvents(stale, 'stale', 1);
+      release();
+      await staleResult;
+      const info = await mailroom.jobs.get(id);
+      assert.equal(info?.state, 'completed');
+      assert.equal(info?.attempts, 2);
+      assert.equal(info?.lockedBy, fresh.id);
+      assert.deepEqual(info?.errors.map((e) => e.category), ['lease-expired']);
+      await fresh.stop();
+      await stale.stop({ timeout: 10 });
+    });
+
+    it('rescues a crashed worker\'s jobs and dead-letters a job that keeps crashing its worker', async () => {
+      const { mailroom } = await db.open();
+      const job = defineJob('queue.crash', { queue: 'crash', retry: { maxAttempts: 2 } });
+      const id = await mailroom.enqueue(job, {});
+      for (let i = 0; i < 2; i++) {
+        const w = mailroom.worker({ queues: ['crash'], lease: 100, maintenance: false, handlers: { [job.name]: () => new Promise(() => {}) } });
+        await w.start();
+        await eventually(() => w.activeCount === 1);
+        w.abandon();
+        await eventually(async () => (await mailroom.maintain()).rescued === 1, 10_000, 'rescue');
+      }
+      const info = await mailroom.jobs.get(id);
+      assert.equal(info?.state, 'dead');
+      assert.equal(info?.deadReason, 'max-attempts');
+      assert.deepEqual(info?.errors.map((e) => [e.attempt, e.category]), [[1, 'lease-expired'], [2, 'lease-expired']]);
+    });
+
+    it('graceful stop waits for handlers, then hands unfinished jobs back without spending an attempt', async () => {
+      const { mailroom } = await db.open();
+      const job = defineJob<{ slow: boolean }>('queue.stop', { queue: 'stop' });
+      const quickId = await mailroom.enqueue(job, { slow: false });
+      const slowId = await mailroom.enqueue(job, { slow: true });
+      let aborted = false;
+      const worker = mailroom.worker({
+        queues: ['stop'],
+        concurrency: 2,
+        handlers: {
+          [job.name]: (j: Job<{ slow: boolean }>, ctx) =>
+            new Promise<void>((resolve) => {
+              if (!j.data.slow) return void setTimeout(resolve, 30);
+              ctx.signal.addEventListener('abort', () => { aborted = true; resolve(); });
+            }),
+        },
+      });
+      await worker.start();
+      await eventually(() => worker.activeCount === 2);
+      await worker.stop({ timeout: 300 });
+      assert.ok(aborted, 'the slow handler saw its signal abort');
+      assert.equal((await mailroom.jobs.get(quickId))?.state, 'completed');
+      const slow = await mailroom.jobs.get(slowId);
+      assert.equal(slow?.state, 'available');
+      assert.equal(slow?.attempts, 0);
+      assert.equal(slow?.errors.length, 0);
+    });
+
+    it('runs higher priority first and holds delayed jobs until due', async () => {
+      const { mailroom } = await db.open();
+      const job = defineJob<{ name: string }>('queue.priority', { queue: 'prio' });
+      await mailroom.enqueue(job, { name: 'low' }, { priority: -1 });
+      await mailroom.enqueue(job, { name: 'normal' });
+      await mailroom.enqueue(job, { name: 'high' }, { priority: 5 });
+      const later = await mailroom.enqueue(job, { name: 'later' }, { delay: '1h' });
+      const order: string[] = [];
+      const worker = mailroom.worker({ queues: ['prio'], concurrency: 1, handlers: { [job.name]: (j: Job<{ name: string }>) => void order.push(j.data.name) } });
+      const done = waitForEvents(worker, 'completed', 3);
+      await worker.start();
+      await done;
+      await worker.stop();
+      assert.deepEqual(order, ['high', 'normal', 'low']);
+      const info = await mailroom.jobs.get(later);
+      assert.equal(info?.state, 'scheduled');
+      assert.ok(info!.nextRunAt!.getTime() > Date.now() + 50 * 60_000);
+    });
+
+    it('explains a missing migration', async () => {
+      const { mailroom, schema, sql } = await db.open();
+      const job = defineJob('queue.unmigrated', { queue: 'x' });
+      await sql(`DROP SCHEMA "${schema}" CASCADE`);
+      await assert.rejects(mailroom.enqueue(job, {}), /mailroom\.migrate\(\)/);
+      await mailroom.migrate();
+    });
+  });
+}
