@@ -197,9 +197,9 @@ for (const db of testDatabases()) {
       const worker = mailroom.worker({ queues: ['maxage'], handlers: { [job.name]: () => { throw new Error('down'); } } });
       const failed = waitForEvents(worker, 'failed', 1);
       await worker.start();
-      const [[, detail]] = (await failed) as [[unknown, { dead: boolean }]];
+      const events = await failed;
       await worker.stop();
-      assert.equal(detail.dead, true);
+      assert.equal(events[0]?.[1].dead, true);
       const info = await mailroom.jobs.get(id);
       assert.equal(info?.state, 'dead');
       assert.equal(info?.deadReason, 'max-age');

@@ -47,12 +47,13 @@ export function jobQueries(quotedSchema: string): JobQueries {
       'find_by_key',
       `SELECT id, dedup_key FROM ${s}.jobs WHERE type = $1 AND dedup_key = ANY($2::text[]) AND state IN ${UNFINISHED}`,
     ),
-    // $1 queues, $2 batch size, $3 lease ms, $4 worker id
+    // $1 queue, $2 batch size, $3 lease ms, $4 worker id. One queue per statement: with `queue = ANY(...)`
+    // PostgreSQL cannot walk the index in order and sorts the whole backlog.
     claim: q(
       'claim',
       `WITH next AS (
          SELECT id FROM ${s}.jobs
-          WHERE state IN ${WAITING} AND queue = ANY($1::text[]) AND run_at <= now()
+          WHERE state IN ${WAITING} AND queue = $1::text AND run_at <= now()
           ORDER BY priority DESC, run_at, id
           LIMIT $2
           FOR UPDATE SKIP LOCKED)

@@ -60,12 +60,16 @@ export class Worker extends EventEmitter<WorkerEvents> {
   private readonly concurrency: number;
   private readonly leaseMs: number;
   private readonly pollMs: number;
+  /** Jobs whose handler runs now; they count against concurrency. */
   private readonly running = new Map<string, Running>();
+  /** Jobs whose handler finished and whose outcome is being written; still heartbeated. */
+  private readonly finishing = new Map<string, Running>();
   private readonly completer: Completer;
   private state: 'idle' | 'running' | 'stopping' | 'stopped' = 'idle';
   private loop: Promise<void> | undefined;
   private wake: (() => void) | undefined;
   private woken = false;
+  private nextQueue = 0;
   private heartbeatTimer: NodeJS.Timeout | undefined;
   private unlisten: (() => Promise<void>) | undefined;
   private readonly settledWaiters = new Set<() => void>();
@@ -166,6 +170,7 @@ export class Worker extends EventEmitter<WorkerEvents> {
       r.controller.abort(new Error('worker abandoned'));
     }
     this.running.clear();
+    this.finishing.clear();
     this.poke();
     void this.unlisten?.().catch(() => {});
   }
@@ -215,7 +220,7 @@ export class Worker extends EventEmitter<WorkerEvents> {
       }
       let rows: ClaimedRow[];
       try {
-        ({ rows } = await this.driver.run<ClaimedRow>(this.queries.claim, [this.queues, free, this.leaseMs, this.id]));
+        rows = await this.claim(free);
         errorDelay = 0;
       } catch (error) {
         this.report(error);
@@ -234,16 +239,34 @@ export class Worker extends EventEmitter<WorkerEvents> {
     }
   }
 
+  /** Claims up to `limit` jobs, one statement per queue, starting from a rotating queue for fairness. */
+  private async claim(limit: number): Promise<ClaimedRow[]> {
+    const claimed: ClaimedRow[] = [];
+    const start = this.nextQueue++ % this.queues.length;
+    for (let i = 0; i < this.queues.length && claimed.length < limit; i++) {
+      const queue = this.queues[(start + i) % this.queues.length]!;
+      const { rows } = await this.driver.run<ClaimedRow>(this.queries.claim, [queue, limit - claimed.length, this.leaseMs, this.id]);
+      claimed.push(...rows);
+    }
+    return claimed;
+  }
+
   private run(row: ClaimedRow): void {
     const entry: Running = { row, controller: new AbortController(), settled: false };
     this.running.set(row.id, entry);
     void execute(row, this.options.handlers[row.type] as JobHandler | undefined, entry.controller, this.id)
-      .then((outcome) => this.record(entry, outcome))
+      .then((outcome) => {
+        // The slot is free as soon as the handler is done; the outcome is written in the background.
+        if (this.running.get(row.id) === entry) this.running.delete(row.id);
+        this.finishing.set(row.id, entry);
+        if (this.state === 'running') this.poke();
+        return this.record(entry, outcome);
+      })
       .catch((error) => this.report(error))
       .finally(() => {
         if (this.running.get(row.id) === entry) this.running.delete(row.id);
+        if (this.finishing.get(row.id) === entry) this.finishing.delete(row.id);
         for (const notify of this.settledWaiters) notify();
-        if (this.state === 'running') this.poke();
       });
   }
 
@@ -309,7 +332,7 @@ export class Worker extends EventEmitter<WorkerEvents> {
   }
 
   private async heartbeat(): Promise<void> {
-    const entries = [...this.running.values()];
+    const entries = [...this.running.values(), ...this.finishing.values()];
     if (entries.length === 0) return;
     try {
       const { rows } = await this.driver.run<{ id: string }>(this.queries.heartbeat, [
@@ -319,7 +342,7 @@ export class Worker extends EventEmitter<WorkerEvents> {
       ]);
       const kept = new Set(rows.map((r) => r.id));
       for (const e of entries) {
-        if (!kept.has(e.row.id) && !e.settled && this.running.get(e.row.id) === e) {
+        if (!kept.has(e.row.id) && !e.settled && (this.running.get(e.row.id) === e || this.finishing.get(e.row.id) === e)) {
           // Lease lost (rescued, maybe running elsewhere): stop the handler; its result would be refused anyway.
           e.settled = true;
           e.controller.abort(new Error('lease lost: the job was rescued after its lease expired'));
@@ -334,7 +357,7 @@ export class Worker extends EventEmitter<WorkerEvents> {
   private waitForRunning(timeoutMs: number): Promise<void> {
     return new Promise((resolve) => {
       const check = () => {
-        if ([...this.running.values()].every((r) => r.settled) && this.running.size === 0) done();
+        if (this.running.size === 0 && this.finishing.size === 0) done();
       };
       const timer = Number.isFinite(timeoutMs) ? setTimeout(() => done(), timeoutMs) : undefined;
       const done = () => {
