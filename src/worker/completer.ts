@@ -32,6 +32,11 @@ export class Completer {
     });
   }
 
+  /** Drops completions not yet sent, as a crash would. */
+  abandon(): void {
+    for (const p of this.pending.splice(0)) p.resolve(false);
+  }
+
   /** Resolves when everything handed in so far is written. */
   async drain(): Promise<void> {
     while (this.flushing) await this.flushing;

@@ -47,7 +47,7 @@ interface Running {
   settled: boolean;
 }
 
-const MAX_ERROR_BACKOFF_MS = 30_000;
+const MAX_ERROR_BACKOFF_MS = 5_000;
 
 /**
  * Claims jobs in batches with `FOR UPDATE SKIP LOCKED`, runs their handlers,
@@ -70,6 +70,7 @@ export class Worker extends EventEmitter<WorkerEvents> {
   private wake: (() => void) | undefined;
   private woken = false;
   private nextQueue = 0;
+  private abandoned = false;
   private heartbeatTimer: NodeJS.Timeout | undefined;
   private unlisten: (() => Promise<void>) | undefined;
   private readonly settledWaiters = new Set<() => void>();
@@ -163,7 +164,9 @@ export class Worker extends EventEmitter<WorkerEvents> {
    * Internal: the demo uses it to crash workers that share its process.
    */
   abandon(): void {
+    this.abandoned = true;
     this.state = 'stopped';
+    this.completer.abandon();
     this.shutdownTimers();
     for (const r of this.running.values()) {
       r.settled = true;
@@ -228,6 +231,7 @@ export class Worker extends EventEmitter<WorkerEvents> {
         await this.sleep(errorDelay);
         continue;
       }
+      if (this.abandoned) break; // A crash: the claimed jobs wait for their leases to expire.
       if (this.state !== 'running') {
         // Stopped while claiming: hand the jobs straight back.
         await Promise.all(rows.map((row) => this.release({ row, controller: new AbortController(), settled: true })));
@@ -277,6 +281,7 @@ export class Worker extends EventEmitter<WorkerEvents> {
     const job = { id: row.id, type: row.type, attempt: row.attempt };
     if (outcome.kind === 'completed') {
       const recorded = await this.withRetries(() => this.completer.complete(row.id, row.claim_count));
+      if (this.abandoned) return;
       this.emit(recorded ? 'completed' : 'stale', job);
       return;
     }
@@ -308,6 +313,7 @@ export class Worker extends EventEmitter<WorkerEvents> {
   }
 
   private async release(entry: Running): Promise<void> {
+    if (this.abandoned) return;
     try {
       const { rowCount } = await this.driver.run(this.queries.reschedule, [entry.row.id, entry.row.claim_count, 0]);
       if (rowCount > 0) this.emit('released', { id: entry.row.id, type: entry.row.type });
