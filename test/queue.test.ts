@@ -30,7 +30,8 @@ for (const db of testDatabases()) {
       assert.equal(info?.state, 'completed');
       assert.equal(info?.status, 'completed');
       assert.equal(info?.attempts, 1);
-      assert.deepEqual(info?.history.map((h) => h.event), ['enqueued', 'completed']);
+      assert.deepEqual(info?.history.map((h) => h.event), ['enqueued', 'started', 'completed']);
+      assert.equal(info?.history[1]?.worker, worker.id);
     });
 
     it('deduplicates by key while the first job is unfinished, and accepts the key again after', async () => {
@@ -144,6 +145,8 @@ for (const db of testDatabases()) {
       assert.equal(bad?.attempts, 3);
       assert.deepEqual(bad?.data, { failTimes: 99 });
       assert.deepEqual(bad?.errors.map((e) => e.message), ['boom 1', 'boom 2', 'boom 3']);
+      assert.ok(bad?.errors.every((e) => e.worker === worker.id && e.startedAt instanceof Date));
+      assert.deepEqual(bad?.history.map((h) => h.event), ['enqueued', 'started', 'failed', 'started', 'failed', 'started', 'failed', 'dead-lettered']);
       assert.ok(bad?.errors.every((e) => e.stack?.includes('boom')));
       assert.ok(bad?.finishedAt && bad.startedAt && bad.createdAt);
     });

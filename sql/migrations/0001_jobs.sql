@@ -44,11 +44,14 @@ CREATE INDEX jobs_dead_idx ON :"schema".jobs (queue, finished_at) WHERE state = 
 
 CREATE INDEX jobs_correlation_idx ON :"schema".jobs (correlation_id) WHERE correlation_id IS NOT NULL;
 
--- One row per failed attempt: category, message and stack, for the dead-letter queue and job history.
+-- One row per failed attempt: who ran it and when, category, message and stack, for the
+-- dead-letter queue and the job's history. (The last attempt of a completed job is in its jobs row.)
 CREATE TABLE :"schema".job_errors (
   job_id uuid NOT NULL REFERENCES :"schema".jobs (id) ON DELETE CASCADE,
   claim integer NOT NULL,
   attempt integer NOT NULL,
+  worker text,
+  started_at timestamptz,
   category text NOT NULL,
   message text NOT NULL,
   stack text,

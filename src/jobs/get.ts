@@ -8,6 +8,9 @@ export type JobState = 'scheduled' | 'available' | 'active' | 'retrying' | 'comp
 /** One failed attempt, as kept in the job's history. */
 export interface JobAttemptError {
   attempt: number;
+  /** The worker that ran the attempt (null when unknown). */
+  worker: string | null;
+  startedAt: Date | null;
   category: string;
   message: string;
   stack: string | null;
@@ -17,8 +20,9 @@ export interface JobAttemptError {
 /** One line of a job's history, oldest first. */
 export interface JobHistoryEntry {
   at: Date;
-  event: 'enqueued' | 'failed' | 'started' | 'completed' | 'dead-lettered' | 'cancelled';
+  event: 'enqueued' | 'started' | 'failed' | 'completed' | 'dead-lettered' | 'cancelled';
   attempt?: number;
+  worker?: string;
   detail?: string;
 }
 
@@ -73,6 +77,8 @@ interface JobRow {
 
 interface ErrorRow {
   attempt: number;
+  worker: string | null;
+  started_at: Date | null;
   category: string;
   message: string;
   stack: string | null;
@@ -105,16 +111,32 @@ export async function getJob(driver: Driver, queries: JobQueries, id: string): P
   const row = rows[0];
   if (!row) return undefined;
   const { rows: errorRows } = await driver.run<ErrorRow>(queries.getErrors, [id]);
-  const errors = errorRows.map((e) => ({ attempt: e.attempt, category: e.category, message: e.message, stack: e.stack, at: e.failed_at }));
+  const errors: JobAttemptError[] = errorRows.map((e) => ({
+    attempt: e.attempt,
+    worker: e.worker,
+    startedAt: e.started_at,
+    category: e.category,
+    message: e.message,
+    stack: e.stack,
+    at: e.failed_at,
+  }));
   const history: JobHistoryEntry[] = [{ at: row.created_at, event: 'enqueued' }];
-  for (const e of errors) history.push({ at: e.at, event: 'failed', attempt: e.attempt, detail: `${e.category}: ${e.message}` });
-  if (row.started_at && row.state === 'active') history.push({ at: row.started_at, event: 'started', attempt: row.attempt });
+  const started = (at: Date, attempt: number, worker: string | null): JobHistoryEntry =>
+    worker ? { at, event: 'started', attempt, worker } : { at, event: 'started', attempt };
+  for (const e of errors) {
+    if (e.startedAt) history.push(started(e.startedAt, e.attempt, e.worker));
+    history.push({ at: e.at, event: 'failed', attempt: e.attempt, detail: `${e.category}: ${e.message}` });
+  }
+  const lastFailed = errors.at(-1);
+  const lastRunStillOpen = row.started_at && (!lastFailed?.startedAt || row.started_at.getTime() > lastFailed.startedAt.getTime());
+  if (row.started_at && lastRunStillOpen) history.push(started(row.started_at, row.attempt, row.locked_by));
   if (row.finished_at) {
     const event = row.state === 'completed' ? 'completed' : row.state === 'dead' ? 'dead-lettered' : 'cancelled';
     const entry: JobHistoryEntry = { at: row.finished_at, event, attempt: row.attempt };
     if (row.dead_reason) entry.detail = row.dead_reason;
     history.push(entry);
   }
+  // Stable sort: events with equal times keep their logical order.
   history.sort((a, b) => a.at.getTime() - b.at.getTime());
   const waiting = row.state === 'scheduled' || row.state === 'available' || row.state === 'retrying';
   return {

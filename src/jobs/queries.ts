@@ -89,9 +89,9 @@ export function jobQueries(quotedSchema: string): JobQueries {
                 last_error = jsonb_build_object('category', $6::text, 'message', $7::text)
            FROM decided AS d
           WHERE j.id = d.id AND j.claim_count = $2 AND j.state = 'active'
-         RETURNING j.id, j.claim_count, j.attempt, j.state, j.run_at)
-       INSERT INTO ${s}.job_errors (job_id, claim, attempt, category, message, stack)
-       SELECT id, claim_count, attempt, $6, $7, $8 FROM updated
+         RETURNING j.id, j.claim_count, j.attempt, j.state, j.run_at, j.locked_by, j.started_at)
+       INSERT INTO ${s}.job_errors (job_id, claim, attempt, worker, started_at, category, message, stack)
+       SELECT id, claim_count, attempt, locked_by, started_at, $6, $7, $8 FROM updated
        RETURNING (SELECT state FROM updated) AS state, (SELECT run_at FROM updated) AS run_at`,
     ),
     // $1 id, $2 claim, $3 delay ms. Snooze and graceful release: back to waiting, the attempt not spent.
@@ -128,9 +128,9 @@ export function jobQueries(quotedSchema: string): JobQueries {
                 last_error = jsonb_build_object('category', 'lease-expired', 'message', $2::text)
            FROM expired AS e
           WHERE j.id = e.id AND j.claim_count = e.claim_count AND j.state = 'active'
-         RETURNING j.id, j.claim_count, j.attempt, j.state)
-       INSERT INTO ${s}.job_errors (job_id, claim, attempt, category, message)
-       SELECT id, claim_count, attempt, 'lease-expired', $2 FROM updated
+         RETURNING j.id, j.claim_count, j.attempt, j.state, j.locked_by, j.started_at)
+       INSERT INTO ${s}.job_errors (job_id, claim, attempt, worker, started_at, category, message)
+       SELECT id, claim_count, attempt, locked_by, started_at, 'lease-expired', $2 FROM updated
        RETURNING job_id`,
     ),
     getJob: q(
@@ -141,7 +141,7 @@ export function jobQueries(quotedSchema: string): JobQueries {
     ),
     getErrors: q(
       'get_errors',
-      `SELECT claim, attempt, category, message, stack, failed_at FROM ${s}.job_errors WHERE job_id = $1 ORDER BY claim`,
+      `SELECT claim, attempt, worker, started_at, category, message, stack, failed_at FROM ${s}.job_errors WHERE job_id = $1 ORDER BY claim`,
     ),
   };
 }
