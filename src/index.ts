@@ -18,7 +18,7 @@ export type { EnqueueOptions, EnqueueManyOptions } from './jobs/enqueue.ts';
 export type { JobInfo, JobState, JobHistoryEntry, JobAttemptError } from './jobs/get.ts';
 export { Worker } from './worker/worker.ts';
 export type { WorkerOptions, WorkerEvents } from './worker/worker.ts';
-export type { Job, JobContext, JobHandler } from './worker/types.ts';
+export type { Job, JobContext, JobHandler, TxHandle } from './worker/types.ts';
 export type { TransactionLike } from './storage/driver.ts';
 export { migrations, migrationSql } from './storage/migrations.ts';
 export type { Migration } from './storage/migrations.ts';

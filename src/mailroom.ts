@@ -5,6 +5,7 @@ import { quoteSchema } from './identifiers.ts';
 import { enqueueJobs, type EnqueueManyOptions, type EnqueueOptions } from './jobs/enqueue.ts';
 import { getJob, type JobInfo } from './jobs/get.ts';
 import { jobQueries, type JobQueries } from './jobs/queries.ts';
+import { stepQueries, type StepQueries } from './jobs/step-queries.ts';
 import { DEFAULT_MAX_PAYLOAD_BYTES } from './payload.ts';
 import { connect, type DatabaseOption } from './storage/connect.ts';
 import type { Driver, Queryable } from './storage/driver.ts';
@@ -54,6 +55,7 @@ export class Mailroom {
   readonly schema: string;
   readonly jobs: JobsApi;
   private readonly queries: JobQueries;
+  private readonly stepQueries: StepQueries;
   private readonly maintenance: Maintenance;
   private readonly workers = new Set<Worker>();
 
@@ -64,6 +66,7 @@ export class Mailroom {
   ) {
     this.schema = options.schema ?? 'mailroom';
     this.queries = jobQueries(quoteSchema(this.schema));
+    this.stepQueries = stepQueries(quoteSchema(this.schema));
     this.maxPayloadBytes = options.maxPayloadBytes ?? DEFAULT_MAX_PAYLOAD_BYTES;
     const rescueMs = toMilliseconds(options.rescueInterval ?? '5s', 'rescueInterval');
     this.maintenance = new Maintenance(driver, this.queries, Math.max(10, rescueMs), (error) =>
@@ -136,7 +139,7 @@ export class Mailroom {
    */
   worker(options: WorkerOptions): Worker {
     const maintenance = options.maintenance === false ? undefined : this.maintenance;
-    const worker = new Worker(this.driver, this.queries, `${this.schema}_wakeup`, options, maintenance);
+    const worker = new Worker(this.driver, this.queries, this.stepQueries, `${this.schema}_wakeup`, options, maintenance);
     this.workers.add(worker);
     return worker;
   }

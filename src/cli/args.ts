@@ -4,6 +4,7 @@
  * types `main` turns into exit codes.
  */
 import { parseArgs, type ParseArgsConfig } from 'node:util';
+import { quoteSchema } from '../identifiers.ts';
 
 /** Exit code for bad usage (unknown command or option, missing value). */
 export const EXIT_USAGE = 2;
@@ -167,6 +168,17 @@ export function integerOption(value: string | boolean | undefined, name: string,
 /** Reads a string option, or undefined. */
 export function stringOption(value: string | boolean | undefined): string | undefined {
   return typeof value === 'string' ? value : undefined;
+}
+
+/** Reads `--schema`, checked as mailroom checks it, or throws a {@link UsageError} saying what a valid name is. */
+export function schemaOption(value: string | boolean | undefined, fallback: string): string {
+  const schema = typeof value === 'string' ? value : fallback;
+  try {
+    quoteSchema(schema);
+  } catch (error) {
+    throw new UsageError(`option --${error instanceof Error ? error.message : String(error)}`);
+  }
+  return schema;
 }
 
 /** `postgres://user:secret@host/db` → `postgres://user:***@host/db`, for output and logs. */

@@ -2,7 +2,27 @@ import { findJob } from '../registry.ts';
 import { backoffDelay, resolveRetryPolicy, type RetryPolicy } from '../retry/backoff.ts';
 import { defaultClassifier, JobTimeoutError, UnknownJobTypeError, type ErrorCategory, type ErrorClassifier } from '../retry/classify.ts';
 import { isSnooze } from '../snooze.ts';
+import type { JobQueries } from '../jobs/queries.ts';
+import type { StepQueries } from '../jobs/step-queries.ts';
+import type { Driver } from '../storage/driver.ts';
+import { HandlerTransaction } from './handler-tx.ts';
+import { idempotencyKey, runStep } from './steps.ts';
 import type { ClaimedRow, Job, JobContext, JobHandler } from './types.ts';
+
+/** What running a handler needs from its worker. */
+export interface ExecutionDeps {
+  driver: Driver;
+  jobQueries: JobQueries;
+  stepQueries: StepQueries;
+  leaseMs: number;
+  workerId: string;
+}
+
+/** An outcome, and the handler's transaction when it used `ctx.tx`. */
+export interface Execution {
+  outcome: Outcome;
+  tx: HandlerTransaction | undefined;
+}
 
 /** What one run of a handler decided. */
 export type Outcome =
@@ -71,13 +91,28 @@ export async function execute(
   row: ClaimedRow,
   handler: JobHandler | undefined,
   controller: AbortController,
-  workerId: string,
-): Promise<Outcome> {
+  deps: ExecutionDeps,
+): Promise<Execution> {
+  let tx: HandlerTransaction | undefined;
+  const ctx: JobContext = {
+    signal: controller.signal,
+    workerId: deps.workerId,
+    get tx() {
+      tx ??= new HandlerTransaction(deps.driver, `${row.type} ${row.id}`, deps.leaseMs);
+      return tx.queryable;
+    },
+    step: (name, fn) => runStep(deps.driver, deps.stepQueries, row, name, fn, tx?.isOpen ?? false),
+    idempotencyKey: (name) => idempotencyKey(row, name),
+  };
+  const outcome = await runHandler(row, handler, controller, ctx);
+  return { outcome, tx };
+}
+
+async function runHandler(row: ClaimedRow, handler: JobHandler | undefined, controller: AbortController, ctx: JobContext): Promise<Outcome> {
   if (!handler) {
     return decideFailure(row, new UnknownJobTypeError(`no handler for job type "${row.type}" in this worker; register one in worker({ handlers })`));
   }
   const timeoutMs = findJob(row.type)?.timeoutMs ?? null;
-  const ctx: JobContext = { signal: controller.signal, workerId };
   let timer: NodeJS.Timeout | undefined;
   const aborted = new Promise<'aborted'>((resolve) => {
     if (controller.signal.aborted) resolve('aborted');

@@ -12,12 +12,33 @@ export interface Job<TData = unknown> {
   readonly createdAt: Date;
 }
 
+/** A transaction handle: run SQL with `query`, or pass it as `{ tx }` to `enqueue`. */
+export interface TxHandle {
+  query<R = Record<string, unknown>>(sql: string, params?: readonly unknown[]): Promise<{ rows: R[]; rowCount: number }>;
+}
+
 /** What a handler gets besides the job. */
 export interface JobContext {
   /** Aborted when the job times out, the worker loses the job's lease, or a graceful stop runs out of time. */
   readonly signal: AbortSignal;
   /** Id of the worker running the job. */
   readonly workerId: string;
+  /**
+   * The transaction that also completes the job: work done through it commits
+   * exactly when the job is recorded as completed, and only if this attempt
+   * still owns the job. Opened on first use. Pass it on: `enqueue(def, data, { tx: ctx.tx })`.
+   */
+  readonly tx: TxHandle;
+  /**
+   * Runs `fn` once for this job and stores its JSON result; a retry returns the
+   * stored result without calling `fn`.
+   *
+   * @example
+   * const charge = await ctx.step('charge', () => stripe.charges.create({ ... }, { idempotencyKey: ctx.idempotencyKey('charge') }));
+   */
+  step<T>(name: string, fn: () => T | Promise<T>): Promise<T>;
+  /** A key that is the same on every attempt of this job: `mailroom:<queue>:<job id>:<name>`. */
+  idempotencyKey(name: string): string;
 }
 
 /**

@@ -6,7 +6,9 @@ import { newId } from '../ids.ts';
 import type { JobQueries } from '../jobs/queries.ts';
 import type { Driver } from '../storage/driver.ts';
 import { Completer } from './completer.ts';
-import { execute, type Outcome } from './execute.ts';
+import { execute, type ExecutionDeps, type Outcome } from './execute.ts';
+import { completeInTransaction, HandlerTransaction, rescheduleInTransaction } from './handler-tx.ts';
+import type { StepQueries } from '../jobs/step-queries.ts';
 import type { Maintenance } from './maintenance.ts';
 import type { ClaimedRow, JobHandler } from './types.ts';
 
@@ -78,6 +80,7 @@ export class Worker extends EventEmitter<WorkerEvents> {
   constructor(
     private readonly driver: Driver,
     private readonly queries: JobQueries,
+    private readonly stepQueries: StepQueries,
     private readonly channel: string,
     private readonly options: WorkerOptions,
     private readonly maintenance: Maintenance | undefined,
@@ -258,13 +261,14 @@ export class Worker extends EventEmitter<WorkerEvents> {
   private run(row: ClaimedRow): void {
     const entry: Running = { row, controller: new AbortController(), settled: false };
     this.running.set(row.id, entry);
-    void execute(row, this.options.handlers[row.type] as JobHandler | undefined, entry.controller, this.id)
-      .then((outcome) => {
+    const deps: ExecutionDeps = { driver: this.driver, jobQueries: this.queries, stepQueries: this.stepQueries, leaseMs: this.leaseMs, workerId: this.id };
+    void execute(row, this.options.handlers[row.type] as JobHandler | undefined, entry.controller, deps)
+      .then(({ outcome, tx }) => {
         // The slot is free as soon as the handler is done; the outcome is written in the background.
         if (this.running.get(row.id) === entry) this.running.delete(row.id);
         this.finishing.set(row.id, entry);
         if (this.state === 'running') this.poke();
-        return this.record(entry, outcome);
+        return this.record(entry, outcome, tx);
       })
       .catch((error) => this.report(error))
       .finally(() => {
@@ -274,11 +278,34 @@ export class Worker extends EventEmitter<WorkerEvents> {
       });
   }
 
-  private async record(entry: Running, outcome: Outcome): Promise<void> {
-    if (entry.settled || outcome.kind === 'abandoned') return;
+  private async record(entry: Running, outcome: Outcome, tx: HandlerTransaction | undefined): Promise<void> {
+    if (entry.settled || outcome.kind === 'abandoned') {
+      await tx?.rollback();
+      return;
+    }
     entry.settled = true;
     const { row } = entry;
     const job = { id: row.id, type: row.type, attempt: row.attempt };
+    if (tx?.isOpen && (outcome.kind === 'completed' || outcome.kind === 'snoozed')) {
+      // The handler's own writes and the fenced state change commit together, or not at all.
+      const finish =
+        outcome.kind === 'completed'
+          ? completeInTransaction(this.queries, row.id, row.claim_count)
+          : rescheduleInTransaction(this.queries, row.id, row.claim_count, outcome.delayMs);
+      let committed: boolean;
+      try {
+        committed = await tx.commitWith(finish);
+      } catch (error) {
+        this.report(error); // Commit failed: nothing happened; the lease expires and the job runs again.
+        return;
+      }
+      if (this.abandoned) return;
+      if (!committed) this.emit('stale', job);
+      else if (outcome.kind === 'completed') this.emit('completed', job);
+      else this.emit('snoozed', job, outcome.delayMs);
+      return;
+    }
+    await tx?.rollback();
     if (outcome.kind === 'completed') {
       const recorded = await this.withRetries(() => this.completer.complete(row.id, row.claim_count));
       if (this.abandoned) return;

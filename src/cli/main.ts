@@ -1,0 +1,91 @@
+/**
+ * Entry of the `mailroom` command (bin/mailroom.js imports the built copy;
+ * `tsx src/cli/main.ts` runs it from source). Dispatches to one small file
+ * per command; usage mistakes exit with 2 and a hint, failures with 1.
+ */
+import { readFileSync } from 'node:fs';
+import { closest, CommandFailed, EXIT_FAILURE, EXIT_USAGE, parseCommandArgs, UsageError, type CommandSpec, type Io } from './args.ts';
+import { demoCommand } from './demo.ts';
+import { commandHelp, overviewHelp } from './help.ts';
+import { migrateCommand } from './migrate.ts';
+
+const COMMANDS: readonly CommandSpec[] = [migrateCommand, demoCommand];
+
+/** Commands DESIGN.md promises that this version does not have yet. */
+const PLANNED = ['start', 'status', 'jobs', 'dlq', 'dashboard', 'doctor', 'bench'];
+
+function version(): string {
+  try {
+    const pkg = JSON.parse(readFileSync(new URL('../../package.json', import.meta.url), 'utf8')) as { version?: string };
+    return pkg.version ?? 'unknown';
+  } catch {
+    return 'unknown';
+  }
+}
+
+function findCommand(name: string): CommandSpec {
+  const command = COMMANDS.find((c) => c.name === name);
+  if (command) return command;
+  const names = [...COMMANDS.map((c) => c.name), 'help'];
+  if (PLANNED.includes(name)) {
+    throw new UsageError(`mailroom: the "${name}" command is not available in this version yet`, `available commands: ${names.join(', ')}`);
+  }
+  const guess = closest(name, names);
+  throw new UsageError(
+    name.startsWith('-') ? `mailroom: unknown option ${name}` : `mailroom: unknown command "${name}"`,
+    `${guess ? `did you mean \`mailroom ${guess}\`? ` : ''}commands: ${names.join(', ')}; run \`mailroom help\` for details`,
+  );
+}
+
+/**
+ * Runs the command line `argv` (without node and the script) and resolves to
+ * the exit code. Results go to `io.out`, diagnostics to `io.err`.
+ */
+export async function main(argv: string[], io: Io = { out: process.stdout, err: process.stderr }): Promise<number> {
+  const json = argv.includes('--json');
+  try {
+    const [first, ...rest] = argv;
+    if (first === undefined) {
+      io.err.write(overviewHelp(COMMANDS, version()));
+      return EXIT_USAGE;
+    }
+    if (first === 'help' || first === '--help' || first === '-h') {
+      const topic = rest.find((a) => !a.startsWith('-'));
+      io.out.write(topic ? commandHelp(findCommand(topic)) : overviewHelp(COMMANDS, version()));
+      return 0;
+    }
+    if (first === '--version' || first === 'version') {
+      io.out.write(`${version()}\n`);
+      return 0;
+    }
+    const command = findCommand(first);
+    const values = parseCommandArgs(command, rest);
+    if (values.help) {
+      io.out.write(commandHelp(command));
+      return 0;
+    }
+    return await command.run(values, io);
+  } catch (error) {
+    return report(error, json, io);
+  }
+}
+
+function report(error: unknown, json: boolean, io: Io): number {
+  const usage = error instanceof UsageError;
+  const code = usage ? EXIT_USAGE : error instanceof CommandFailed ? error.exitCode : EXIT_FAILURE;
+  let message = error instanceof Error ? error.message : String(error);
+  if (!usage && !(error instanceof CommandFailed) && !message.startsWith('mailroom')) message = `mailroom: ${message}`;
+  const hint = usage ? error.hint : undefined;
+  if (json) {
+    io.out.write(`${JSON.stringify({ ok: false, error: { kind: usage ? 'usage' : 'failure', message, ...(hint ? { hint } : {}) } })}\n`);
+  } else {
+    io.err.write(`${message}\n${hint ? `hint: ${hint}\n` : ''}`);
+    if (!usage && process.env.MAILROOM_DEBUG && error instanceof Error && error.stack) io.err.write(`${error.stack}\n`);
+  }
+  return code;
+}
+
+const exitCode = await main(process.argv.slice(2));
+process.exitCode = exitCode;
+// Everything the commands open is closed; should a stray handle remain, do not hang.
+setTimeout(() => process.exit(exitCode), 2000).unref();
