@@ -16,6 +16,12 @@ export interface JobOptions<TSchema extends StandardSchemaV1 | undefined = undef
   timeout?: Duration;
   /** Replaces the default classifier of failures for this job type. */
   classify?: ErrorClassifier;
+  /**
+   * Per-key ordering: when a job with an ordering key is dead-lettered, `'continue'`
+   * (default) lets the next job of its key run; `'hold'` keeps the key blocked
+   * until an operator replays or discards the dead job.
+   */
+  ordering?: { onDead?: 'continue' | 'hold' };
 }
 
 /** A job type: its name, queue, payload schema and retry policy. Made by {@link defineJob}. */
@@ -27,6 +33,7 @@ export interface JobDefinition<TData = unknown, TInput = TData> {
   readonly retry: RetryPolicy;
   readonly timeoutMs: number | null;
   readonly classify: ErrorClassifier;
+  readonly ordering: { readonly onDead: 'continue' | 'hold' };
 }
 
 /** The payload type a job definition's handler receives. */
@@ -68,7 +75,13 @@ export function defineJob(name: string, options: JobOptions<StandardSchemaV1 | u
     retry: resolveRetryPolicy(options.retry, `job ${name}`),
     timeoutMs: options.timeout === undefined ? null : toMilliseconds(options.timeout, `job ${name}: timeout`),
     classify: options.classify ?? defaultClassifier,
+    ordering: Object.freeze({ onDead: checkOnDead(options.ordering?.onDead, name) }),
   });
   registerJob(def);
   return def;
+}
+
+function checkOnDead(value: unknown, name: string): 'continue' | 'hold' {
+  if (value === undefined || value === 'continue' || value === 'hold') return value ?? 'continue';
+  throw new TypeError(`job ${name}: ordering.onDead must be 'continue' or 'hold', got ${JSON.stringify(value)}`);
 }

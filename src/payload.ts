@@ -1,12 +1,19 @@
 import type { StandardSchemaV1 } from '@standard-schema/spec';
 import { ValidationError } from './errors.ts';
 
+/**
+ * An escape JSON.stringify writes for a character jsonb refuses: NUL, or a lone
+ * surrogate (paired ones are written as is). Only a real escape counts: one not
+ * preceded by an odd number of backslashes (the text `\\u0000` is fine).
+ */
+const UNSTORABLE_ESCAPE = /(?<!\\)(?:\\\\)*\\u(0000|d[89a-f][0-9a-f]{2})/;
+
 /** Default limit on a serialised payload: 1 MiB. */
 export const DEFAULT_MAX_PAYLOAD_BYTES = 1024 * 1024;
 
 /**
  * Serialises a payload to JSON text for a `jsonb` column, refusing what JSON
- * cannot carry faithfully (BigInt, cycles, `\u0000`) and anything over
+ * cannot carry faithfully (BigInt, cycles, `\u0000`, lone surrogates) and anything over
  * `maxBytes`, with an error that says which and how to fix it.
  *
  * @example
@@ -32,10 +39,17 @@ export function serializePayload(data: unknown, maxBytes: number, what: string):
       { path: 'data', message: 'not JSON' },
     ]);
   }
-  if (text.includes('\\u0000')) {
+  const unstorable = UNSTORABLE_ESCAPE.exec(text);
+  if (unstorable?.[1] === '0000') {
     throw new ValidationError(`${what}: the payload contains a NUL character (\\u0000), which PostgreSQL jsonb cannot store; remove it or encode the value`, [
       { path: 'data', message: 'contains \\u0000' },
     ]);
+  }
+  if (unstorable) {
+    throw new ValidationError(
+      `${what}: the payload contains a lone UTF-16 surrogate (\\u${unstorable[1]}), which is not valid Unicode and PostgreSQL jsonb cannot store; fix the string (e.g. text cut in the middle of an emoji) or encode the value`,
+      [{ path: 'data', message: `contains \\u${unstorable[1]}` }],
+    );
   }
   const bytes = Buffer.byteLength(text, 'utf8');
   if (bytes > maxBytes) {

@@ -14,6 +14,10 @@ CREATE TABLE :"schema".jobs (
   locked_until timestamptz,
   locked_by text,
   dedup_key text,
+  ordering_key text,
+  ordering_seq bigint,
+  blocked boolean NOT NULL DEFAULT false,
+  hold_key_when_dead boolean NOT NULL DEFAULT false,
   correlation_id text,
   expires_at timestamptz,
   created_at timestamptz NOT NULL DEFAULT now(),
@@ -27,10 +31,11 @@ CREATE TABLE :"schema".jobs (
 ) WITH (fillfactor = 85);
 
 COMMENT ON COLUMN :"schema".jobs.claim_count IS 'fencing token: incremented by every claim; every state change of an active job checks it';
+COMMENT ON COLUMN :"schema".jobs.blocked IS 'waiting for an earlier job with the same ordering key to finish';
 
--- Claim: the waiting jobs of a queue in priority, then run-time order.
+-- Claim: the waiting, unblocked jobs of a queue in priority, then run-time order.
 CREATE INDEX jobs_claim_idx ON :"schema".jobs (queue, priority DESC, run_at, id)
-  WHERE state IN ('available', 'scheduled', 'retrying');
+  WHERE state IN ('available', 'scheduled', 'retrying') AND NOT blocked;
 
 -- Rescue: active jobs whose lease ran out.
 CREATE INDEX jobs_lease_idx ON :"schema".jobs (locked_until) WHERE state = 'active';
@@ -72,3 +77,72 @@ $$;
 CREATE TRIGGER jobs_notify_new AFTER INSERT ON :"schema".jobs
   REFERENCING NEW TABLE AS new_jobs
   FOR EACH STATEMENT EXECUTE FUNCTION :"schema".notify_new_jobs();
+
+-- Per-key ordering. Jobs with an ordering key run one at a time per (queue, key), in enqueue order.
+-- A job is inserted `blocked` when another job of its key still holds the key (unfinished, or dead
+-- with hold_key_when_dead); when the holder lets go, the next job of the key (lowest ordering_seq)
+-- is unblocked in the same transaction. One row per key serialises enqueues and releases of that
+-- key; each trigger statement after taking that lock sees every committed job of the key, so no
+-- job is missed and no two run at once. Only jobs with an ordering key pay for any of this.
+CREATE TABLE :"schema".ordering_keys (
+  queue text NOT NULL,
+  key text NOT NULL,
+  touched_at timestamptz NOT NULL DEFAULT now(),
+  PRIMARY KEY (queue, key)
+);
+
+CREATE SEQUENCE :"schema".jobs_ordering_seq;
+
+CREATE INDEX jobs_ordering_idx ON :"schema".jobs (queue, ordering_key, ordering_seq)
+  WHERE ordering_key IS NOT NULL AND state NOT IN ('completed', 'cancelled');
+
+CREATE FUNCTION :"schema".ordering_enqueue() RETURNS trigger LANGUAGE plpgsql
+  SET search_path = :"schema" AS $$
+BEGIN
+  INSERT INTO ordering_keys AS k (queue, key) VALUES (NEW.queue, NEW.ordering_key)
+    ON CONFLICT (queue, key) DO UPDATE SET touched_at = now();
+  NEW.ordering_seq := nextval('jobs_ordering_seq');
+  NEW.blocked := EXISTS (
+    SELECT 1 FROM jobs AS j
+     WHERE j.queue = NEW.queue AND j.ordering_key = NEW.ordering_key
+       AND (j.state IN ('scheduled', 'available', 'active', 'retrying') OR (j.state = 'dead' AND j.hold_key_when_dead)));
+  RETURN NEW;
+END;
+$$;
+
+CREATE FUNCTION :"schema".ordering_release() RETURNS trigger LANGUAGE plpgsql
+  SET search_path = :"schema" AS $$
+DECLARE
+  next_id uuid;
+BEGIN
+  IF NOT (OLD.state IN ('scheduled', 'available', 'active', 'retrying') OR (OLD.state = 'dead' AND OLD.hold_key_when_dead))
+     OR (NEW.state IN ('scheduled', 'available', 'active', 'retrying') OR (NEW.state = 'dead' AND NEW.hold_key_when_dead)) THEN
+    RETURN NULL; -- this job did not let go of its key
+  END IF;
+  INSERT INTO ordering_keys AS k (queue, key) VALUES (NEW.queue, NEW.ordering_key)
+    ON CONFLICT (queue, key) DO UPDATE SET touched_at = now();
+  IF EXISTS (
+    SELECT 1 FROM jobs AS j
+     WHERE j.queue = NEW.queue AND j.ordering_key = NEW.ordering_key AND NOT j.blocked
+       AND (j.state IN ('scheduled', 'available', 'active', 'retrying') OR (j.state = 'dead' AND j.hold_key_when_dead))) THEN
+    RETURN NULL; -- another job already holds the key
+  END IF;
+  SELECT j.id INTO next_id FROM jobs AS j
+   WHERE j.queue = NEW.queue AND j.ordering_key = NEW.ordering_key AND j.blocked
+     AND j.state IN ('scheduled', 'available', 'retrying')
+   ORDER BY j.ordering_seq LIMIT 1;
+  IF next_id IS NOT NULL THEN
+    UPDATE jobs SET blocked = false WHERE id = next_id;
+    PERFORM pg_notify(TG_TABLE_SCHEMA || '_wakeup', NEW.queue);
+  END IF;
+  RETURN NULL;
+END;
+$$;
+
+CREATE TRIGGER jobs_ordering_enqueue BEFORE INSERT ON :"schema".jobs
+  FOR EACH ROW WHEN (NEW.ordering_key IS NOT NULL)
+  EXECUTE FUNCTION :"schema".ordering_enqueue();
+
+CREATE TRIGGER jobs_ordering_release AFTER UPDATE OF state ON :"schema".jobs
+  FOR EACH ROW WHEN (NEW.ordering_key IS NOT NULL AND OLD.state IS DISTINCT FROM NEW.state)
+  EXECUTE FUNCTION :"schema".ordering_release();

@@ -18,18 +18,23 @@ export interface EnqueueOptions {
   priority?: number;
   /** Carried through to the job, its logs and its history. */
   correlationId?: string;
+  /** Jobs with the same ordering key (per queue) run one at a time, in enqueue order. */
+  orderingKey?: string;
   /** Enqueue inside this transaction: the job exists if and only if it commits. */
   tx?: TransactionLike;
 }
 
 /** Options of `enqueueMany`: like {@link EnqueueOptions}, with the key computed per item. */
-export interface EnqueueManyOptions<TInput> extends Omit<EnqueueOptions, 'key'> {
+export interface EnqueueManyOptions<TInput> extends Omit<EnqueueOptions, 'key' | 'orderingKey'> {
   key?: (data: TInput, index: number) => string;
+  /** The ordering key of each item (or one for all). */
+  orderingKey?: string | ((data: TInput, index: number) => string);
 }
 
 interface PreparedRow {
   id: string;
   key: string | null;
+  orderingKey: string | null;
   payload: string;
 }
 
@@ -43,6 +48,18 @@ function checkText(value: unknown, what: string): string | null {
     ]);
   }
   return value;
+}
+
+function orderingKeyOf<TInput>(option: EnqueueManyOptions<TInput>['orderingKey'], data: TInput, index: number, count: number): string | null {
+  if (option === undefined) return null;
+  const value: unknown = typeof option === 'function' ? option(data, index) : option;
+  const what = count > 1 ? `orderingKey (item ${index})` : 'orderingKey';
+  if (typeof value !== 'string') {
+    throw new ValidationError(`${what} must be a string (e.g. an order or account id), got ${value === null ? 'null' : typeof value}`, [
+      { path: 'orderingKey', message: 'not a string' },
+    ]);
+  }
+  return checkText(value, what);
 }
 
 function checkPriority(priority: unknown): number {
@@ -88,9 +105,11 @@ export async function enqueueJobs<TData, TInput>(
   const firstByKey = new Map<string, number>();
   const resultIndex: number[] = [];
   for (let i = 0; i < items.length; i++) {
-    const value = await validatePayload(def.schema, items[i], what);
-    const payload = serializePayload(value, maxPayloadBytes, what);
-    const key = options.key ? checkText(options.key(items[i] as TInput, i), 'key') : null;
+    // With several items, say which one was bad.
+    const itemWhat = items.length > 1 ? `${what} (item ${i})` : what;
+    const value = await validatePayload(def.schema, items[i], itemWhat);
+    const payload = serializePayload(value, maxPayloadBytes, itemWhat);
+    const key = options.key ? checkText(options.key(items[i] as TInput, i), items.length > 1 ? `key (item ${i})` : 'key') : null;
     if (key !== null) {
       const earlier = firstByKey.get(key);
       if (earlier !== undefined) {
@@ -99,8 +118,9 @@ export async function enqueueJobs<TData, TInput>(
       }
       firstByKey.set(key, rows.length);
     }
+    const orderingKey = orderingKeyOf(options.orderingKey, items[i] as TInput, i, items.length);
     resultIndex.push(rows.length);
-    rows.push({ id: newId(), key, payload });
+    rows.push({ id: newId(), key, orderingKey, payload });
   }
   if (rows.length === 0) return [];
 
@@ -129,6 +149,8 @@ async function insertRows(
     fill(shared.correlationId),
     def.retry.maxAgeMs,
     rows.map((r) => r.payload),
+    rows.map((r) => r.orderingKey),
+    def.ordering.onDead === 'hold',
   ]);
   if (inserted.length === n) return rows.map((r) => r.id);
 

@@ -39,6 +39,8 @@ export interface JobInfo {
   maxAttempts: number;
   priority: number;
   key: string | null;
+  /** Jobs with this key run one at a time, in enqueue order. */
+  orderingKey: string | null;
   correlationId: string | null;
   createdAt: Date;
   /** When it runs next (waiting states only). */
@@ -66,6 +68,8 @@ interface JobRow {
   locked_until: Date | null;
   locked_by: string | null;
   dedup_key: string | null;
+  ordering_key: string | null;
+  blocked: boolean;
   correlation_id: string | null;
   created_at: Date;
   started_at: Date | null;
@@ -86,9 +90,13 @@ interface ErrorRow {
 }
 
 /** The status line a support person reads. */
-export function humanStatus(state: JobState, runAt: Date): string {
+export function humanStatus(state: JobState, runAt: Date, waitingForKey: string | null = null): string {
+  if (waitingForKey !== null && (state === 'scheduled' || state === 'available' || state === 'retrying')) {
+    return `queued (waiting for an earlier job with ordering key ${waitingForKey} to finish)`;
+  }
   switch (state) {
     case 'scheduled':
+      return runAt.getTime() > Date.now() ? `scheduled for ${runAt.toISOString()}` : 'queued';
     case 'available':
       return 'queued';
     case 'active':
@@ -144,12 +152,13 @@ export async function getJob(driver: Driver, queries: JobQueries, id: string): P
     type: row.type,
     queue: row.queue,
     state: row.state,
-    status: humanStatus(row.state, row.run_at),
+    status: humanStatus(row.state, row.run_at, row.blocked ? row.ordering_key : null),
     data: row.payload,
     attempts: row.attempt,
     maxAttempts: row.max_attempts,
     priority: row.priority,
     key: row.dedup_key,
+    orderingKey: row.ordering_key,
     correlationId: row.correlation_id,
     createdAt: row.created_at,
     nextRunAt: waiting ? row.run_at : null,

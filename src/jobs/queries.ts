@@ -28,18 +28,21 @@ export function jobQueries(quotedSchema: string): JobQueries {
   const q = (name: string, text: string): NamedQuery => ({ name: `mailroom_${name}_${tag}`, text });
   return {
     // $1 ids, $2 queue, $3 type, $4 priorities, $5 run_at (null: now), $6 delay ms, $7 max attempts,
-    // $8 dedup keys, $9 correlation ids, $10 max age ms (null: none), $11 payloads (json text)
+    // $8 dedup keys, $9 correlation ids, $10 max age ms (null: none), $11 payloads (json text),
+    // $12 ordering keys, $13 hold the ordering key when dead. Ordering is assigned by a trigger.
     enqueue: q(
       'enqueue',
-      `INSERT INTO ${s}.jobs (id, queue, type, state, priority, run_at, max_attempts, dedup_key, correlation_id, expires_at, payload)
+      `INSERT INTO ${s}.jobs (id, queue, type, state, priority, run_at, max_attempts, dedup_key, correlation_id, expires_at,
+                              payload, ordering_key, hold_key_when_dead)
        SELECT i.id, $2, $3,
               CASE WHEN i.run_at > now() THEN 'scheduled' ELSE 'available' END,
               i.priority, i.run_at, $7, i.dedup_key, i.correlation_id,
-              now() + $10::bigint * interval '1 millisecond', i.payload::jsonb
-         FROM (SELECT u.id, u.priority, u.dedup_key, u.correlation_id, u.payload,
+              now() + $10::bigint * interval '1 millisecond', i.payload::jsonb, i.ordering_key, $13::boolean
+         FROM (SELECT u.id, u.priority, u.dedup_key, u.correlation_id, u.payload, u.ordering_key, u.ord,
                       COALESCE(u.run_at, now()) + u.delay_ms * interval '1 millisecond' AS run_at
-                 FROM unnest($1::uuid[], $4::smallint[], $5::timestamptz[], $6::bigint[], $8::text[], $9::text[], $11::text[])
-                      AS u(id, priority, run_at, delay_ms, dedup_key, correlation_id, payload)) AS i
+                 FROM unnest($1::uuid[], $4::smallint[], $5::timestamptz[], $6::bigint[], $8::text[], $9::text[], $11::text[], $12::text[])
+                      WITH ORDINALITY AS u(id, priority, run_at, delay_ms, dedup_key, correlation_id, payload, ordering_key, ord)) AS i
+        ORDER BY i.ord
        ON CONFLICT (type, dedup_key) WHERE dedup_key IS NOT NULL AND state IN ${UNFINISHED} DO NOTHING
        RETURNING id`,
     ),
@@ -53,7 +56,7 @@ export function jobQueries(quotedSchema: string): JobQueries {
       'claim',
       `WITH next AS (
          SELECT id FROM ${s}.jobs
-          WHERE state IN ${WAITING} AND queue = $1::text AND run_at <= now()
+          WHERE state IN ${WAITING} AND NOT blocked AND queue = $1::text AND run_at <= now()
           ORDER BY priority DESC, run_at, id
           LIMIT $2
           FOR UPDATE SKIP LOCKED)
@@ -136,7 +139,8 @@ export function jobQueries(quotedSchema: string): JobQueries {
     getJob: q(
       'get_job',
       `SELECT id, queue, type, state, priority, run_at, attempt, max_attempts, claim_count, locked_until, locked_by,
-              dedup_key, correlation_id, expires_at, created_at, started_at, finished_at, dead_reason, last_error, payload
+              dedup_key, ordering_key, blocked, correlation_id, expires_at, created_at, started_at, finished_at, dead_reason,
+              last_error, payload
          FROM ${s}.jobs WHERE id = $1`,
     ),
     getErrors: q(

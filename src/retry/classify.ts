@@ -20,6 +20,8 @@ export interface Classification {
 export type ErrorClassifier = (error: unknown) => Classification;
 
 const PERMANENT_STATUS = new Set([400, 401, 403, 404, 405, 409, 410, 413, 415, 422]);
+// zod throws ZodError (zod/mini: $ZodError); joi, yup, mongoose and others throw errors named ValidationError.
+const VALIDATION_ERROR_NAMES = new Set<unknown>(['ValidationError', 'ZodError', '$ZodError']);
 const TRANSIENT_CODES = new Set(['ETIMEDOUT', 'ECONNRESET', 'ECONNREFUSED', 'EAI_AGAIN', 'EPIPE', 'ENETUNREACH', 'EHOSTUNREACH', 'ECONNABORTED', 'UND_ERR_SOCKET', 'UND_ERR_CONNECT_TIMEOUT']);
 
 function field(error: unknown, name: string): unknown {
@@ -45,7 +47,7 @@ export class UnknownJobTypeError extends Error {
 
 /**
  * The default classifier:
- * - `PermanentError`, `ValidationError` (and errors named `ZodError`) and HTTP-style
+ * - `PermanentError`, `ValidationError` (and errors named `ValidationError`, `ZodError` or `$ZodError`) and HTTP-style
  *   statuses 400/401/403/404/405/409/410/413/415/422: not retried;
  * - a missing handler: `unknown-type`, not retried;
  * - timeouts, network codes (ETIMEDOUT, ECONNRESET, ECONNREFUSED, EAI_AGAIN, ...),
@@ -57,7 +59,7 @@ export class UnknownJobTypeError extends Error {
 export const defaultClassifier: ErrorClassifier = (error) => {
   if (error instanceof UnknownJobTypeError) return { category: 'unknown-type', retry: false };
   if (error instanceof PermanentError) return { category: 'permanent', retry: false };
-  if (error instanceof ValidationError || field(error, 'name') === 'ZodError') return { category: 'validation', retry: false };
+  if (error instanceof ValidationError || VALIDATION_ERROR_NAMES.has(field(error, 'name'))) return { category: 'validation', retry: false };
   if (error instanceof JobTimeoutError) return { category: 'timeout', retry: true };
   if (error instanceof RetryableError) {
     const retryAfterMs = error.after === undefined ? undefined : toMilliseconds(error.after, 'RetryableError.after');

@@ -1,0 +1,92 @@
+/**
+ * Per-key ordering (guarantee 4): one job at a time per key, in enqueue order;
+ * keys in parallel; a retrying head blocks only its key; dead heads release
+ * (or hold) the key.
+ */
+import { describe, it } from 'node:test';
+import assert from 'node:assert/strict';
+import { defineJob, type Job } from '../src/index.ts';
+import { testDatabases } from './helpers/databases.ts';
+import { waitForEvents } from './helpers/events.ts';
+
+for (const db of testDatabases()) {
+  describe(`per-key ordering on ${db.name}`, () => {
+    it('runs each key one job at a time in enqueue order, keys in parallel, with failures injected', async () => {
+      const { mailroom } = await db.open();
+      const job = defineJob<{ key: string; seq: number }>('ordering.step', { queue: 'ord', retry: { maxAttempts: 4, backoff: { base: 5, max: 20 } } });
+      const keys = Array.from({ length: 12 }, (_, k) => `account-${k}`);
+      const perKey = 15;
+      // Enqueue interleaved across keys, in several statements and batches.
+      for (let seq = 0; seq < perKey; seq += 5) {
+        const batch = keys.flatMap((key) => Array.from({ length: 5 }, (_, i) => ({ key, seq: seq + i })));
+        await mailroom.enqueueMany(job, batch, { orderingKey: (d) => d.key });
+      }
+      const log = new Map<string, number[]>();
+      const running = new Set<string>();
+      let overlap = 0;
+      let maxParallel = 0;
+      const failedOnce = new Set<string>();
+      const worker = mailroom.worker({
+        queues: ['ord'],
+        concurrency: 8,
+        pollInterval: 10,
+        handlers: {
+          [job.name]: async (j: Job<{ key: string; seq: number }>) => {
+            if (running.has(j.data.key)) overlap++;
+            running.add(j.data.key);
+            maxParallel = Math.max(maxParallel, running.size);
+            await new Promise((r) => setTimeout(r, 1));
+            running.delete(j.data.key);
+            const id = `${j.data.key}/${j.data.seq}`;
+            if (j.data.seq % 4 === 1 && !failedOnce.has(id)) {
+              failedOnce.add(id);
+              throw new Error('transient: the key must wait for this retry');
+            }
+            log.set(j.data.key, [...(log.get(j.data.key) ?? []), j.data.seq]);
+          },
+        },
+      });
+      const done = waitForEvents(worker, 'completed', keys.length * perKey, 60_000);
+      await worker.start();
+      await done;
+      await worker.stop();
+      assert.equal(overlap, 0, 'two jobs of one key never ran at once');
+      for (const key of keys) assert.deepEqual(log.get(key), Array.from({ length: perKey }, (_, i) => i), `order of ${key}`);
+      assert.ok(maxParallel > 1, `different keys ran in parallel (max ${maxParallel})`);
+    });
+
+    it('a dead head lets its key move on by default, and holds it with ordering.onDead = hold', async () => {
+      const { mailroom } = await db.open();
+      const moveOn = defineJob<{ n: number; poison?: boolean }>('ordering.continue', { queue: 'dead-key', retry: { maxAttempts: 1 } });
+      const hold = defineJob<{ n: number; poison?: boolean }>('ordering.hold', { queue: 'dead-key', retry: { maxAttempts: 1 }, ordering: { onDead: 'hold' } });
+      await mailroom.enqueue(moveOn, { n: 1, poison: true }, { orderingKey: 'k1' });
+      const next1 = await mailroom.enqueue(moveOn, { n: 2 }, { orderingKey: 'k1' });
+      const heldHead = await mailroom.enqueue(hold, { n: 1, poison: true }, { orderingKey: 'k2' });
+      const next2 = await mailroom.enqueue(hold, { n: 2 }, { orderingKey: 'k2' });
+      const other = await mailroom.enqueue(hold, { n: 3 }, { orderingKey: 'k3' });
+      const handler = (j: Job<{ poison?: boolean }>) => {
+        if (j.data.poison) throw new Error('poison');
+      };
+      const worker = mailroom.worker({ queues: ['dead-key'], pollInterval: 10, handlers: { [moveOn.name]: handler, [hold.name]: handler } });
+      const completed = waitForEvents(worker, 'completed', 2);
+      const failed = waitForEvents(worker, 'failed', 2);
+      await worker.start();
+      await Promise.all([completed, failed]);
+      await worker.stop();
+      assert.equal((await mailroom.jobs.get(next1))?.state, 'completed');
+      assert.equal((await mailroom.jobs.get(other))?.state, 'completed', 'one poisoned key does not block other keys');
+      assert.equal((await mailroom.jobs.get(heldHead))?.state, 'dead');
+      const held = await mailroom.jobs.get(next2);
+      assert.equal(held?.state, 'available');
+      assert.match(held?.status ?? '', /waiting for an earlier job with ordering key k2/);
+    });
+
+    it('an ordering key must be a string', async () => {
+      const { mailroom, schema, sql } = await db.open();
+      const job = defineJob('ordering.bad', { queue: 'bad' });
+      await assert.rejects(mailroom.enqueue(job, {}, { orderingKey: 42 as unknown as string }), /orderingKey must be a string .* got number/);
+      await assert.rejects(mailroom.enqueue(job, {}, { orderingKey: '' }), /orderingKey must be a non-empty string/);
+      assert.deepEqual(await sql(`SELECT count(*)::int AS n FROM "${schema}".jobs`), [{ n: 0 }]);
+    });
+  });
+}
