@@ -10,10 +10,20 @@ CREATE TABLE :"schema".job_errors (
   job_id uuid NOT NULL,
   claim integer NOT NULL,
   attempt integer NOT NULL,
+  worker text,
+  started_at timestamp with time zone,
   category text NOT NULL,
   message text NOT NULL,
   stack text,
   failed_at timestamp with time zone DEFAULT now() NOT NULL
+);
+
+CREATE TABLE :"schema".job_steps (
+  job_id uuid NOT NULL,
+  name text NOT NULL,
+  result jsonb,
+  attempt integer NOT NULL,
+  created_at timestamp with time zone DEFAULT now() NOT NULL
 );
 
 CREATE TABLE :"schema".jobs (
@@ -29,6 +39,10 @@ CREATE TABLE :"schema".jobs (
   locked_until timestamp with time zone,
   locked_by text,
   dedup_key text,
+  ordering_key text,
+  ordering_seq bigint,
+  blocked boolean DEFAULT false NOT NULL,
+  hold_key_when_dead boolean DEFAULT false NOT NULL,
   correlation_id text,
   expires_at timestamp with time zone,
   created_at timestamp with time zone DEFAULT now() NOT NULL,
@@ -45,25 +59,41 @@ CREATE TABLE :"schema".migrations (
   applied_at timestamp with time zone DEFAULT now() NOT NULL
 );
 
+CREATE TABLE :"schema".ordering_keys (
+  queue text NOT NULL,
+  key text NOT NULL,
+  touched_at timestamp with time zone DEFAULT now() NOT NULL
+);
+
 -- Constraints
 
 ALTER TABLE :"schema".job_errors ADD CONSTRAINT job_errors_pkey PRIMARY KEY (job_id, claim);
+ALTER TABLE :"schema".job_steps ADD CONSTRAINT job_steps_pkey PRIMARY KEY (job_id, name);
 ALTER TABLE :"schema".jobs ADD CONSTRAINT jobs_pkey PRIMARY KEY (id);
 ALTER TABLE :"schema".migrations ADD CONSTRAINT migrations_pkey PRIMARY KEY (version);
+ALTER TABLE :"schema".ordering_keys ADD CONSTRAINT ordering_keys_pkey PRIMARY KEY (queue, key);
 ALTER TABLE :"schema".jobs ADD CONSTRAINT jobs_attempt_check CHECK (((attempt >= 0) AND (max_attempts >= 1)));
 ALTER TABLE :"schema".jobs ADD CONSTRAINT jobs_state_check CHECK ((state = ANY (ARRAY['scheduled'::text, 'available'::text, 'active'::text, 'retrying'::text, 'completed'::text, 'dead'::text, 'cancelled'::text])));
 ALTER TABLE :"schema".job_errors ADD CONSTRAINT job_errors_job_id_fkey FOREIGN KEY (job_id) REFERENCES :"schema".jobs(id) ON DELETE CASCADE;
+ALTER TABLE :"schema".job_steps ADD CONSTRAINT job_steps_job_id_fkey FOREIGN KEY (job_id) REFERENCES :"schema".jobs(id) ON DELETE CASCADE;
 
 -- Indexes
 
 -- (made by its constraint) CREATE UNIQUE INDEX job_errors_pkey ON :"schema".job_errors USING btree (job_id, claim);
-CREATE INDEX jobs_claim_idx ON :"schema".jobs USING btree (queue, priority DESC, run_at, id) WHERE (state = ANY (ARRAY['available'::text, 'scheduled'::text, 'retrying'::text]));
+-- (made by its constraint) CREATE UNIQUE INDEX job_steps_pkey ON :"schema".job_steps USING btree (job_id, name);
+CREATE INDEX jobs_claim_idx ON :"schema".jobs USING btree (queue, priority DESC, run_at, id) WHERE ((state = ANY (ARRAY['available'::text, 'scheduled'::text, 'retrying'::text])) AND (NOT blocked));
 CREATE INDEX jobs_correlation_idx ON :"schema".jobs USING btree (correlation_id) WHERE (correlation_id IS NOT NULL);
 CREATE INDEX jobs_dead_idx ON :"schema".jobs USING btree (queue, finished_at) WHERE (state = 'dead'::text);
 CREATE UNIQUE INDEX jobs_dedup_key_idx ON :"schema".jobs USING btree (type, dedup_key) WHERE ((dedup_key IS NOT NULL) AND (state = ANY (ARRAY['scheduled'::text, 'available'::text, 'active'::text, 'retrying'::text])));
 CREATE INDEX jobs_lease_idx ON :"schema".jobs USING btree (locked_until) WHERE (state = 'active'::text);
+CREATE INDEX jobs_ordering_idx ON :"schema".jobs USING btree (queue, ordering_key, ordering_seq) WHERE ((ordering_key IS NOT NULL) AND (state <> ALL (ARRAY['completed'::text, 'cancelled'::text])));
 -- (made by its constraint) CREATE UNIQUE INDEX jobs_pkey ON :"schema".jobs USING btree (id);
 -- (made by its constraint) CREATE UNIQUE INDEX migrations_pkey ON :"schema".migrations USING btree (version);
+-- (made by its constraint) CREATE UNIQUE INDEX ordering_keys_pkey ON :"schema".ordering_keys USING btree (queue, key);
+
+-- Sequences, views and types
+
+CREATE SEQUENCE :"schema".jobs_ordering_seq AS bigint START 1 INCREMENT 1;
 
 -- Functions
 
@@ -78,10 +108,62 @@ BEGIN
 END;
 $function$;
 
+CREATE OR REPLACE FUNCTION :"schema".ordering_enqueue()
+ RETURNS trigger
+ LANGUAGE plpgsql
+ SET search_path TO :'schema'
+AS $function$
+BEGIN
+  INSERT INTO ordering_keys AS k (queue, key) VALUES (NEW.queue, NEW.ordering_key)
+    ON CONFLICT (queue, key) DO UPDATE SET touched_at = now();
+  NEW.ordering_seq := nextval('jobs_ordering_seq');
+  NEW.blocked := EXISTS (
+    SELECT 1 FROM jobs AS j
+     WHERE j.queue = NEW.queue AND j.ordering_key = NEW.ordering_key
+       AND (j.state IN ('scheduled', 'available', 'active', 'retrying') OR (j.state = 'dead' AND j.hold_key_when_dead)));
+  RETURN NEW;
+END;
+$function$;
+
+CREATE OR REPLACE FUNCTION :"schema".ordering_release()
+ RETURNS trigger
+ LANGUAGE plpgsql
+ SET search_path TO :'schema'
+AS $function$
+DECLARE
+  next_id uuid;
+BEGIN
+  IF NOT (OLD.state IN ('scheduled', 'available', 'active', 'retrying') OR (OLD.state = 'dead' AND OLD.hold_key_when_dead))
+     OR (NEW.state IN ('scheduled', 'available', 'active', 'retrying') OR (NEW.state = 'dead' AND NEW.hold_key_when_dead)) THEN
+    RETURN NULL; -- this job did not let go of its key
+  END IF;
+  INSERT INTO ordering_keys AS k (queue, key) VALUES (NEW.queue, NEW.ordering_key)
+    ON CONFLICT (queue, key) DO UPDATE SET touched_at = now();
+  IF EXISTS (
+    SELECT 1 FROM jobs AS j
+     WHERE j.queue = NEW.queue AND j.ordering_key = NEW.ordering_key AND NOT j.blocked
+       AND (j.state IN ('scheduled', 'available', 'active', 'retrying') OR (j.state = 'dead' AND j.hold_key_when_dead))) THEN
+    RETURN NULL; -- another job already holds the key
+  END IF;
+  SELECT j.id INTO next_id FROM jobs AS j
+   WHERE j.queue = NEW.queue AND j.ordering_key = NEW.ordering_key AND j.blocked
+     AND j.state IN ('scheduled', 'available', 'retrying')
+   ORDER BY j.ordering_seq LIMIT 1;
+  IF next_id IS NOT NULL THEN
+    UPDATE jobs SET blocked = false WHERE id = next_id;
+    PERFORM pg_notify(TG_TABLE_SCHEMA || '_wakeup', NEW.queue);
+  END IF;
+  RETURN NULL;
+END;
+$function$;
+
 -- Triggers
 
 CREATE TRIGGER jobs_notify_new AFTER INSERT ON :"schema".jobs REFERENCING NEW TABLE AS new_jobs FOR EACH STATEMENT EXECUTE FUNCTION :"schema".notify_new_jobs();
+CREATE TRIGGER jobs_ordering_enqueue BEFORE INSERT ON :"schema".jobs FOR EACH ROW WHEN ((new.ordering_key IS NOT NULL)) EXECUTE FUNCTION :"schema".ordering_enqueue();
+CREATE TRIGGER jobs_ordering_release AFTER UPDATE OF state ON :"schema".jobs FOR EACH ROW WHEN (((new.ordering_key IS NOT NULL) AND (old.state IS DISTINCT FROM new.state))) EXECUTE FUNCTION :"schema".ordering_release();
 
 -- Comments
 
+COMMENT ON COLUMN :"schema".jobs.blocked IS 'waiting for an earlier job with the same ordering key to finish';
 COMMENT ON COLUMN :"schema".jobs.claim_count IS 'fencing token: incremented by every claim; every state change of an active job checks it';

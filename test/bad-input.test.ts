@@ -1,0 +1,280 @@
+/**
+ * Guarantee 6: bad input gets a clear error and loses nothing. Each case
+ * asserts the error class, that the message names the problem (the limit, the
+ * field, the option), and that the jobs table of the test's schema holds
+ * exactly what it held before. Plus: a job type no handler exists for is
+ * dead-lettered as `unknown-type` after one attempt, not retried.
+ */
+import assert from 'node:assert/strict';
+import { describe, test } from 'node:test';
+import { z } from 'zod';
+import { createMailroom, defineJob, ValidationError, type JobDefinition } from '../src/index.ts';
+import { testDatabases, type TestMailroom } from './helpers/databases.ts';
+import { waitForEvents } from './helpers/events.ts';
+
+const INJECTIONS = [`x"; DROP TABLE jobs; --`, `'; DELETE FROM jobs; --`, `jobs; TRUNCATE jobs`, `a" OR "1"="1`];
+const BAD_NAMES = ['', `it's`, 'say "hi"', 'a;b', 'with space', 'x'.repeat(129), '.dot-first', 'new\nline', ...INJECTIONS];
+const BAD_SCHEMAS = ['', 'Upper', '1starts_with_digit', `it's`, 'a"b', 'a;b', 'a-b', 'x'.repeat(51), ...INJECTIONS];
+
+let seq = 0;
+/** A job type with a name no other test uses (the registry is per process). */
+function uniqueJob<T = unknown>(options: Parameters<typeof defineJob>[1] = {}): JobDefinition<T, T> {
+  return defineJob<T>(`bad.input.${process.pid}.${seq++}`, options as never);
+}
+
+async function jobCount(t: TestMailroom): Promise<number> {
+  const [row] = await t.sql<{ n: number }>(`SELECT count(*)::int AS n FROM "${t.schema}".jobs`);
+  return row!.n;
+}
+
+/** Opens a schema holding one good job, so "unchanged" means something. */
+async function openWithOneJob(db: ReturnType<typeof testDatabases>[number], options: Parameters<typeof db.open>[0] = {}) {
+  const t = await db.open(options);
+  await t.mailroom.enqueue(uniqueJob(), { good: true });
+  assert.equal(await jobCount(t), 1);
+  return t;
+}
+
+/**
+ * Runs `action`, expects it to fail with `errorClass` and a message matching
+ * every pattern, and checks that nothing was written.
+ */
+async function refused(
+  t: TestMailroom,
+  action: () => unknown,
+  patterns: RegExp[],
+  errorClass: new (...args: never[]) => Error = ValidationError,
+): Promise<Error> {
+  const before = await jobCount(t);
+  let caught: unknown;
+  try {
+    await action();
+  } catch (error) {
+    caught = error;
+  }
+  assert.ok(caught !== undefined, `expected an error matching ${patterns.join(', ')}; nothing was thrown`);
+  assert.ok(caught instanceof errorClass, `expected ${errorClass.name}, got ${String(caught)}`);
+  for (const p of patterns) assert.match(caught.message, p);
+  assert.equal(await jobCount(t), before, `nothing written after: ${caught.message}`);
+  return caught;
+}
+
+for (const db of testDatabases()) {
+  describe(`bad input on ${db.name}`, () => {
+    test('a payload that is not JSON-serialisable (BigInt, a cycle, a function) is refused', async () => {
+      const t = await openWithOneJob(db);
+      const job = uniqueJob();
+      await refused(t, () => t.mailroom.enqueue(job, { amount: 10n }), [/not JSON-serialisable/, /BigInt/, new RegExp(job.name.replaceAll('.', '\\.'))]);
+      const cycle: Record<string, unknown> = { name: 'loop' };
+      cycle.self = cycle;
+      await refused(t, () => t.mailroom.enqueue(job, cycle), [/not JSON-serialisable/, /circular/]);
+      await refused(t, () => t.mailroom.enqueue(job, () => 'fn'), [/not JSON-serialisable/]);
+    });
+
+    test('a payload over the default 1 MiB limit is refused, naming the limit; one just under it is accepted', async () => {
+      const t = await openWithOneJob(db);
+      const job = uniqueJob();
+      const overhead = JSON.stringify({ blob: '' }).length;
+      const error = await refused(t, () => t.mailroom.enqueue(job, { blob: 'x'.repeat(1024 * 1024 - overhead + 1) }), [
+        /over the limit of 1048576 bytes/,
+        /maxPayloadBytes/,
+        /1048577 bytes/,
+      ]);
+      assert.deepEqual((error as ValidationError).issues.map((i) => i.path), ['data']);
+      await t.mailroom.enqueue(job, { blob: 'x'.repeat(1024 * 1024 - overhead) });
+      assert.equal(await jobCount(t), 2, 'exactly at the limit is accepted');
+    });
+
+    test('a configured maxPayloadBytes is enforced and named; a bad setting is refused', async () => {
+      const t = await openWithOneJob(db, { maxPayloadBytes: 1000 });
+      const job = uniqueJob();
+      await refused(t, () => t.mailroom.enqueue(job, { text: 'é'.repeat(500) }), [/over the limit of 1000 bytes/, /maxPayloadBytes/]);
+      await t.mailroom.enqueue(job, { text: 'é'.repeat(400) });
+      assert.equal(await jobCount(t), 2);
+      const handle = await db.handle();
+      for (const maxPayloadBytes of [0, -1, 1.5, Number.NaN]) {
+        await refused(t, () => createMailroom({ database: handle, schema: t.schema, maxPayloadBytes }), [/maxPayloadBytes/, /positive integer/]);
+      }
+    });
+
+    test('a schema-invalid payload (zod) is refused with every failing field named', async () => {
+      const t = await openWithOneJob(db);
+      const job = defineJob(`bad.input.zod.${seq++}`, {
+        schema: z.object({ email: z.email(), age: z.number().int().min(0), address: z.object({ zip: z.string().length(5) }) }),
+      });
+      const error = (await refused(t, () => t.mailroom.enqueue(job, { email: 'not-an-email', age: -1, address: { zip: 12345 } } as never), [
+        /invalid payload/,
+        /data\.email/,
+        /data\.age/,
+        /data\.address\.zip/,
+      ])) as ValidationError;
+      assert.deepEqual(error.issues.map((i) => i.path).sort(), ['data.address.zip', 'data.age', 'data.email']);
+      await refused(t, () => t.mailroom.enqueue(job, undefined as never), [/invalid payload/]);
+      await refused(t, () => t.mailroom.enqueue(job, 'a string' as never), [/invalid payload/]);
+      // Types catch the above at compile time; the checks are for JavaScript callers and untyped data.
+      // The valid payload goes in.
+      await t.mailroom.enqueue(job, { email: 'a@example.com', age: 3, address: { zip: '12345' } });
+      assert.equal(await jobCount(t), 2);
+    });
+
+    test('invalid job and queue names are refused by defineJob, and nothing reaches SQL', async () => {
+      const t = await openWithOneJob(db);
+      for (const name of BAD_NAMES) {
+        await refused(t, () => defineJob(name), [/^job name:/, /is not valid/, /1-128 characters/]);
+        await refused(t, () => defineJob(`ok.${seq++}`, { queue: name }), [/queue of job/, /is not valid/]);
+      }
+      for (const name of [42, null, undefined, {}]) await refused(t, () => defineJob(name as never), [/^job name:/]);
+    });
+
+    test('invalid schema names are refused by createMailroom before any SQL runs', async () => {
+      const t = await openWithOneJob(db);
+      const handle = await db.handle();
+      const schemasBefore = await t.sql<{ n: number }>('SELECT count(*)::int AS n FROM pg_namespace');
+      for (const schema of BAD_SCHEMAS) {
+        await refused(t, () => createMailroom({ database: handle, schema }), [/^schema:/, /not a valid schema name/, /1-50 lower-case/]);
+      }
+      assert.deepEqual(await t.sql('SELECT count(*)::int AS n FROM pg_namespace'), schemasBefore, 'no schema was created');
+      assert.deepEqual(await t.sql(`SELECT count(*)::int AS n FROM pg_namespace WHERE nspname LIKE '%DROP%' OR nspname LIKE '%;%'`), [{ n: 0 }]);
+    });
+
+    test('invalid queue names are refused by worker({ queues })', async () => {
+      const t = await openWithOneJob(db);
+      for (const queue of BAD_NAMES) {
+        await refused(t, () => t.mailroom.worker({ queues: ['ok', queue], handlers: {} }), [/^worker queue:/, /is not valid/]);
+      }
+      await refused(t, () => t.mailroom.worker({ queues: [], handlers: {} }), [/queues must be a non-empty array/], TypeError);
+    });
+
+    test('names with SQL in them never change the database: the jobs table and its rows survive', async () => {
+      const t = await openWithOneJob(db);
+      const handle = await db.handle();
+      for (const name of INJECTIONS) {
+        await refused(t, () => defineJob(name), [/not valid/]);
+        await refused(t, () => createMailroom({ database: handle, schema: name }), [/not a valid schema name/]);
+      }
+      // Values (not names) carrying SQL are just data.
+      const job = uniqueJob();
+      const id = await t.mailroom.enqueue(job, { note: INJECTIONS[0] }, { key: INJECTIONS[1], correlationId: INJECTIONS[2] });
+      const info = await t.mailroom.jobs.get(id);
+      assert.deepEqual([info?.data, info?.key, info?.correlationId], [{ note: INJECTIONS[0] }, INJECTIONS[1], INJECTIONS[2]]);
+      assert.equal(await jobCount(t), 2);
+    });
+
+    test('a negative or unreadable delay is refused', async () => {
+      const t = await openWithOneJob(db);
+      const job = uniqueJob();
+      await refused(t, () => t.mailroom.enqueue(job, {}, { delay: -1 }), [/^delay:/, /0 or more/]);
+      await refused(t, () => t.mailroom.enqueue(job, {}, { delay: '-5s' as never }), [/^delay:/, /not a duration/]);
+      await refused(t, () => t.mailroom.enqueue(job, {}, { delay: Number.NaN }), [/^delay:/, /finite/]);
+      await refused(t, () => t.mailroom.enqueue(job, {}, { delay: 'tomorrow' as never }), [/^delay:/]);
+      await refused(t, () => t.mailroom.enqueueMany(job, [{}, {}], { delay: -100 }), [/^delay:/]);
+    });
+
+    test('an invalid runAt is refused', async () => {
+      const t = await openWithOneJob(db);
+      const job = uniqueJob();
+      for (const runAt of [new Date('not a date'), '2030-01-01', 1_900_000_000_000, null]) {
+        await refused(t, () => t.mailroom.enqueue(job, {}, { runAt: runAt as never }), [/runAt/, /valid Date/]);
+      }
+    });
+
+    test('a priority out of range or not an integer is refused', async () => {
+      const t = await openWithOneJob(db);
+      const job = uniqueJob();
+      for (const priority of [32768, -32769, 1.5, Number.NaN, '1', 1e10]) {
+        await refused(t, () => t.mailroom.enqueue(job, {}, { priority: priority as never }), [/priority/, /-32768 to 32767/]);
+      }
+      await t.mailroom.enqueue(job, {}, { priority: 32767 });
+      await t.mailroom.enqueue(job, {}, { priority: -32768 });
+      assert.equal(await jobCount(t), 3, 'the ends of the range are accepted');
+    });
+
+    test('maxAttempts below 1 or not an integer is refused by defineJob', async () => {
+      const t = await openWithOneJob(db);
+      for (const maxAttempts of [0, -1, 1.5, Number.NaN, Number.POSITIVE_INFINITY]) {
+        await refused(t, () => defineJob(`bad.attempts.${seq++}`, { retry: { maxAttempts } }), [/retry\.maxAttempts/, /integer from 1/]);
+      }
+      await refused(t, () => defineJob(`bad.backoff.${seq++}`, { retry: { backoff: { base: '10s', max: '1s' } } }), [/retry\.backoff\.max/]);
+      await refused(t, () => defineJob(`bad.timeout.${seq++}`, { timeout: -5 }), [/timeout/]);
+    });
+
+    test('a NUL character or a lone surrogate in a payload is refused; the text "\\u0000" is kept as is', async () => {
+      const t = await openWithOneJob(db);
+      const job = uniqueJob();
+      await refused(t, () => t.mailroom.enqueue(job, { s: 'a\u0000b' }), [/NUL character/, /jsonb cannot store/]);
+      await refused(t, () => t.mailroom.enqueue(job, { ['key\u0000']: 1 }), [/NUL character/]);
+      await refused(t, () => t.mailroom.enqueue(job, { s: 'half an emoji \ud83d' }), [/lone UTF-16 surrogate/]);
+      await refused(t, () => t.mailroom.enqueue(job, {}, { key: 'k\u0000' }), [/key/, /without NUL/]);
+      await refused(t, () => t.mailroom.enqueue(job, {}, { correlationId: 'c\u0000' }), [/correlationId/, /without NUL/]);
+      const id = await t.mailroom.enqueue(job, { path: 'C:\\u0000\\dir', emoji: '😀' });
+      assert.deepEqual((await t.mailroom.jobs.get(id))?.data, { path: 'C:\\u0000\\dir', emoji: '😀' }, 'round-trips unchanged');
+    });
+
+    test('enqueueMany with one bad item among good ones writes nothing at all and names the item', async () => {
+      const t = await openWithOneJob(db);
+      const plain = uniqueJob<Record<string, unknown>>();
+      const good = Array.from({ length: 50 }, (_, n) => ({ n }));
+      const withItem = (index: number, bad: Record<string, unknown>) => [...good.slice(0, index), bad, ...good.slice(index)];
+      await refused(t, () => t.mailroom.enqueueMany(plain, withItem(7, { n: 10n })), [/item 7/, /BigInt/]);
+      await refused(t, () => t.mailroom.enqueueMany(plain, withItem(49, { s: '\u0000' })), [/item 49/, /NUL/]);
+      await refused(t, () => t.mailroom.enqueueMany(plain, withItem(0, { blob: 'x'.repeat(1024 * 1024) })), [/item 0/, /limit of 1048576 bytes/]);
+      const typed = defineJob(`bad.input.zod.${seq++}`, { schema: z.object({ n: z.number() }) });
+      await refused(t, () => t.mailroom.enqueueMany(typed, withItem(13, { n: 'thirteen' }) as never), [/item 13/, /data\.n/]);
+      await refused(t, () => t.mailroom.enqueueMany(plain, good, { key: (d) => (d.n === 20 ? '' : `k${String(d.n)}`) }), [/key \(item 20\)/]);
+      await refused(t, () => t.mailroom.enqueueMany(plain, 'not an array' as never), [/must be an array/]);
+      // The same good items do go in.
+      await t.mailroom.enqueueMany(plain, good);
+      assert.equal(await jobCount(t), 1 + good.length);
+    });
+
+    test('a bad enqueue inside a transaction rolls back the good work done in it', async () => {
+      const t = await openWithOneJob(db);
+      const job = uniqueJob();
+      await refused(t, () =>
+        t.mailroom.transaction(async (tx) => {
+          await t.mailroom.enqueue(job, { first: true }, { tx });
+          await t.mailroom.enqueue(job, { second: 2n }, { tx });
+        }),
+        [/BigInt/],
+      );
+    });
+
+    test('a job type no handler exists for is dead-lettered as unknown-type after exactly one attempt', async () => {
+      const t = await openWithOneJob(db);
+      const queue = `unknown_${seq++}`;
+      // Defined in this process (so its policy of 5 attempts is known), but this worker has no handler for it.
+      const defined = uniqueJob({ queue, retry: { maxAttempts: 5, backoff: { base: 10, max: 10 } } });
+      // Never defined in this process, as when another service enqueues a type this one does not know:
+      // a copy of a real definition under a name nothing registered.
+      const foreign: JobDefinition<unknown, unknown> = { ...uniqueJob({ queue, retry: { maxAttempts: 5 } }), name: `from.another.service.${seq++}` };
+      const ids = [await t.mailroom.enqueue(defined, { n: 1 }), await t.mailroom.enqueue(foreign, { n: 2 })];
+      const handled = uniqueJob({ queue });
+      const worker = t.mailroom.worker({ queues: [queue], concurrency: 2, handlers: { [handled.name]: () => {} } });
+      const failed = waitForEvents(worker, 'failed', 2);
+      await worker.start();
+      try {
+        const events = await failed;
+        for (const [job, detail] of events) {
+          assert.ok(ids.includes(job.id));
+          assert.deepEqual([job.attempt, detail.category, detail.dead, detail.runAt], [1, 'unknown-type', true, null]);
+          assert.match(detail.message, /no handler for job type/);
+          assert.match(detail.message, new RegExp(job.type.replaceAll('.', '\\.')));
+        }
+      } finally {
+        await worker.stop({ timeout: '5s' });
+      }
+      for (const id of ids) {
+        const info = await t.mailroom.jobs.get(id);
+        assert.ok(info);
+        assert.equal(info.state, 'dead');
+        assert.equal(info.deadReason, 'unknown-type');
+        assert.equal(info.attempts, 1, 'one attempt, not retried');
+        assert.equal(info.maxAttempts, 5);
+        assert.equal(info.status, 'sent to support');
+        assert.deepEqual(info.lastError?.category, 'unknown-type');
+        assert.deepEqual(info.errors.map((e) => [e.attempt, e.category]), [[1, 'unknown-type']]);
+      }
+      assert.equal(await jobCount(t), 3, 'dead-lettered, not dropped');
+    });
+  });
+}

@@ -1,0 +1,472 @@
+/**
+ * Pure units, no database: durations, backoff, the default classifier,
+ * snooze, UUIDv7 ids, identifier validation, payload serialisation and the
+ * retry decision a worker makes after a failed attempt.
+ */
+import assert from 'node:assert/strict';
+import { describe, test } from 'node:test';
+import { z } from 'zod';
+import * as zm from 'zod/mini';
+import { toMilliseconds } from '../src/duration.ts';
+import { defineJob, PermanentError, RetryableError, snooze, isSnooze, ValidationError } from '../src/index.ts';
+import { assertName, quoteSchema } from '../src/identifiers.ts';
+import { isUuid, newId } from '../src/ids.ts';
+import { DEFAULT_MAX_PAYLOAD_BYTES, serializePayload } from '../src/payload.ts';
+import { backoffDelay, DEFAULT_MAX_ATTEMPTS, resolveRetryPolicy, type RetryOptions } from '../src/retry/backoff.ts';
+import { defaultClassifier, JobTimeoutError, UnknownJobTypeError } from '../src/retry/classify.ts';
+import { decideFailure } from '../src/worker/execute.ts';
+import type { ClaimedRow } from '../src/worker/types.ts';
+
+/** Asserts `fn` throws a ValidationError whose message matches every pattern. */
+function throwsValidation(fn: () => unknown, ...patterns: RegExp[]): void {
+  assert.throws(fn, (error: unknown) => {
+    assert.ok(error instanceof ValidationError, `expected a ValidationError, got ${String(error)}`);
+    for (const p of patterns) assert.match(error.message, p);
+    return true;
+  });
+}
+
+const policy = (retry?: RetryOptions) => resolveRetryPolicy(retry, 'test');
+
+describe('durations', () => {
+  test('numbers are milliseconds; strings take ms, s, m, h and d', () => {
+    assert.equal(toMilliseconds(0, 'x'), 0);
+    assert.equal(toMilliseconds(250, 'x'), 250);
+    assert.equal(toMilliseconds('500ms', 'x'), 500);
+    assert.equal(toMilliseconds('30s', 'x'), 30_000);
+    assert.equal(toMilliseconds('10m', 'x'), 600_000);
+    assert.equal(toMilliseconds('2h', 'x'), 7_200_000);
+    assert.equal(toMilliseconds('1d', 'x'), 86_400_000);
+    assert.equal(toMilliseconds('1.5s', 'x'), 1500);
+    assert.equal(toMilliseconds(' 2s ', 'x'), 2000, 'surrounding spaces are ignored');
+    assert.equal(toMilliseconds('2 s', 'x'), 2000, 'a space before the unit is allowed');
+    assert.equal(toMilliseconds(1.4, 'x'), 1, 'fractions of a millisecond are rounded');
+    assert.equal(toMilliseconds('0s', 'x'), 0);
+  });
+
+  test('negative, non-finite and unknown durations are refused, naming what was wrong and where', () => {
+    throwsValidation(() => toMilliseconds(-1, 'delay'), /^delay:/, /0 or more/, /-1/);
+    throwsValidation(() => toMilliseconds(Number.NaN, 'delay'), /^delay:/, /finite/);
+    throwsValidation(() => toMilliseconds(Number.POSITIVE_INFINITY, 'delay'), /^delay:/, /finite/);
+    for (const bad of ['-5s', 'soon', '5', '', '5w', '1e3s', 's', '5 seconds', '5S']) {
+      throwsValidation(() => toMilliseconds(bad, 'retry.backoff.base'), /^retry\.backoff\.base:/, /not a duration/, /'30s'/);
+    }
+  });
+
+  test('a ValidationError lists the field it concerns', () => {
+    try {
+      toMilliseconds('soon', 'timeout');
+      assert.fail('should have thrown');
+    } catch (error) {
+      assert.ok(error instanceof ValidationError);
+      assert.deepEqual(error.issues.map((i) => i.path), ['timeout']);
+    }
+  });
+});
+
+describe('backoff', () => {
+  test('defaults: 25 attempts, base 1s, max 1h, multiplier 2, full jitter, no max age', () => {
+    assert.deepEqual(policy(), { maxAttempts: DEFAULT_MAX_ATTEMPTS, maxAgeMs: null, baseMs: 1000, maxMs: 3_600_000, multiplier: 2, jitter: 'full' });
+    assert.equal(DEFAULT_MAX_ATTEMPTS, 25);
+    assert.equal(policy({ maxAge: '1d' }).maxAgeMs, 86_400_000);
+  });
+
+  test('without jitter the delay grows exponentially from base and stops at max', () => {
+    const p = policy({ backoff: { base: '1s', max: '10s', jitter: 'none' } });
+    assert.deepEqual(
+      [1, 2, 3, 4, 5, 6, 10].map((attempt) => backoffDelay(p, attempt)),
+      [1000, 2000, 4000, 8000, 10_000, 10_000, 10_000],
+    );
+  });
+
+  test('the multiplier sets the growth; 1 keeps the delay constant', () => {
+    const triple = policy({ backoff: { base: 100, max: '1h', multiplier: 3, jitter: 'none' } });
+    assert.deepEqual([1, 2, 3, 4].map((a) => backoffDelay(triple, a)), [100, 300, 900, 2700]);
+    const flat = policy({ backoff: { base: '5s', max: '5s', multiplier: 1, jitter: 'none' } });
+    assert.deepEqual([1, 2, 50].map((a) => backoffDelay(flat, a)), [5000, 5000, 5000]);
+    const fractional = policy({ backoff: { base: 1000, max: '1h', multiplier: 1.5, jitter: 'none' } });
+    assert.deepEqual([1, 2, 3].map((a) => backoffDelay(fractional, a)), [1000, 1500, 2250]);
+  });
+
+  test('huge attempt numbers stay at the cap (no Infinity or NaN)', () => {
+    const p = policy({ backoff: { base: '1s', max: '10m', jitter: 'none' } });
+    assert.equal(backoffDelay(p, 1_000_000), 600_000);
+    const jittered = policy({ backoff: { base: '1s', max: '10m' } });
+    assert.equal(backoffDelay(jittered, 1_000_000, () => 0.5), 300_000);
+  });
+
+  test('attempt 0 or below counts as the first', () => {
+    const p = policy({ backoff: { base: 700, max: '1h', jitter: 'none' } });
+    assert.equal(backoffDelay(p, 0), 700);
+    assert.equal(backoffDelay(p, -3), 700);
+  });
+
+  test('full jitter picks uniformly between 0 and the capped delay, using the injected random', () => {
+    const p = policy({ backoff: { base: '1s', max: '10s' } });
+    assert.equal(backoffDelay(p, 3, () => 0), 0);
+    assert.equal(backoffDelay(p, 3, () => 0.5), 2000);
+    assert.equal(backoffDelay(p, 3, () => 0.25), 1000);
+    assert.equal(backoffDelay(p, 10, () => 0.5), 5000, 'jitter applies to the capped delay');
+    const top = backoffDelay(p, 3, () => 0.999_999_999);
+    assert.ok(top >= 3999 && top <= 4000, `just under 1 gives the top of the range, got ${top}`);
+    // Sweep the whole range of random(): always within [0, capped].
+    for (let attempt = 1; attempt <= 8; attempt++) {
+      const capped = Math.min(10_000, 1000 * 2 ** (attempt - 1));
+      for (let k = 0; k < 100; k++) {
+        const r = k / 100;
+        const d = backoffDelay(p, attempt, () => r);
+        assert.ok(Number.isInteger(d) && d >= 0 && d <= capped, `attempt ${attempt}, random ${r}: ${d} outside [0, ${capped}]`);
+      }
+    }
+  });
+
+  test('bad retry options are refused with the option named', () => {
+    for (const maxAttempts of [0, -1, 1.5, Number.NaN, 1_000_001]) {
+      throwsValidation(() => policy({ maxAttempts }), /retry\.maxAttempts/, /integer/);
+    }
+    for (const multiplier of [0.5, 0, -2, Number.NaN, Number.POSITIVE_INFINITY]) {
+      throwsValidation(() => policy({ backoff: { multiplier } }), /retry\.backoff\.multiplier/, />= 1/);
+    }
+    throwsValidation(() => policy({ backoff: { base: -1 } }), /retry\.backoff\.base/);
+    throwsValidation(() => policy({ backoff: { base: 'soon' as never } }), /retry\.backoff\.base/, /not a duration/);
+    throwsValidation(() => policy({ backoff: { max: '-1s' as never } }), /retry\.backoff\.max/);
+    throwsValidation(() => policy({ backoff: { base: '10s', max: '1s' } }), /retry\.backoff\.max/, /smaller than retry\.backoff\.base/);
+    throwsValidation(() => policy({ backoff: { jitter: 'half' as never } }), /retry\.backoff\.jitter/);
+    throwsValidation(() => policy({ maxAge: 'forever' as never }), /retry\.maxAge/);
+    throwsValidation(() => resolveRetryPolicy({ maxAttempts: 0 }, 'job email.welcome'), /^job email\.welcome:/);
+  });
+
+  test('maxAttempts 1 (no retries) and large limits are accepted', () => {
+    assert.equal(policy({ maxAttempts: 1 }).maxAttempts, 1);
+    assert.equal(policy({ maxAttempts: 1_000_000 }).maxAttempts, 1_000_000);
+  });
+});
+
+describe('default classifier', () => {
+  const withStatus = (status: number, key: 'status' | 'statusCode' = 'status') => Object.assign(new Error(`HTTP ${status}`), { [key]: status });
+  const withCode = (code: string) => Object.assign(new Error(code), { code });
+
+  test('PermanentError is permanent', () => {
+    assert.deepEqual(defaultClassifier(new PermanentError('no such user')), { category: 'permanent', retry: false });
+  });
+
+  test('validation errors are not retried: ValidationError, ZodError and errors named like them', () => {
+    assert.deepEqual(defaultClassifier(new ValidationError('bad')), { category: 'validation', retry: false });
+    const zodError = (() => {
+      try {
+        z.object({ email: z.string() }).parse({ email: 1 });
+      } catch (error) {
+        return error;
+      }
+      return undefined;
+    })();
+    assert.equal((zodError as Error).name, 'ZodError');
+    assert.deepEqual(defaultClassifier(zodError), { category: 'validation', retry: false });
+    const zodMiniError = (() => {
+      try {
+        zm.parse(zm.object({ email: zm.string() }), { email: 1 });
+      } catch (error) {
+        return error;
+      }
+      return undefined;
+    })();
+    assert.ok(zodMiniError instanceof Error, 'zod/mini throws');
+    assert.deepEqual(defaultClassifier(zodMiniError), { category: 'validation', retry: false }, `zod/mini's ${(zodMiniError as Error).name}`);
+    for (const name of ['ValidationError', 'ZodError']) {
+      const foreign = Object.assign(new Error('invalid'), { name }); // e.g. joi, yup, mongoose name theirs ValidationError
+      assert.deepEqual(defaultClassifier(foreign), { category: 'validation', retry: false }, `an error named ${name}`);
+    }
+  });
+
+  test('HTTP 400, 401, 403, 404 and 422 are permanent (status, statusCode or response.status)', () => {
+    for (const status of [400, 401, 403, 404, 422]) {
+      assert.deepEqual(defaultClassifier(withStatus(status)), { category: 'permanent', retry: false }, `status ${status}`);
+      assert.deepEqual(defaultClassifier(withStatus(status, 'statusCode')), { category: 'permanent', retry: false }, `statusCode ${status}`);
+      const axiosLike = Object.assign(new Error('request failed'), { response: { status } });
+      assert.deepEqual(defaultClassifier(axiosLike), { category: 'permanent', retry: false }, `response.status ${status}`);
+    }
+  });
+
+  test('HTTP 408, 429 and 5xx are retried', () => {
+    assert.deepEqual(defaultClassifier(withStatus(408)), { category: 'timeout', retry: true });
+    for (const status of [429, 500, 502, 503, 504, 599]) {
+      const c = defaultClassifier(withStatus(status));
+      assert.equal(c.retry, true, `status ${status} is retried`);
+      assert.equal(c.category, 'transient', `status ${status}`);
+    }
+  });
+
+  test('network error codes are retried', () => {
+    assert.deepEqual(defaultClassifier(withCode('ETIMEDOUT')), { category: 'timeout', retry: true });
+    for (const code of ['ECONNRESET', 'ECONNREFUSED', 'EAI_AGAIN']) {
+      assert.deepEqual(defaultClassifier(withCode(code)), { category: 'transient', retry: true }, code);
+    }
+  });
+
+  test('RetryableError is retried; its `after` becomes retryAfterMs', () => {
+    assert.deepEqual(defaultClassifier(new RetryableError('busy')), { category: 'transient', retry: true });
+    assert.deepEqual(defaultClassifier(new RetryableError('busy', { after: '30s' })), { category: 'transient', retry: true, retryAfterMs: 30_000 });
+    assert.deepEqual(defaultClassifier(new RetryableError('busy', { after: 1500 })), { category: 'transient', retry: true, retryAfterMs: 1500 });
+    // RetryableError wins over a status that would otherwise be permanent.
+    const explicit = Object.assign(new RetryableError('try again'), { status: 404 });
+    assert.equal(defaultClassifier(explicit).retry, true);
+  });
+
+  test('timeouts and aborts are retried as timeout', () => {
+    assert.deepEqual(defaultClassifier(new JobTimeoutError('too slow')), { category: 'timeout', retry: true });
+    assert.deepEqual(defaultClassifier(Object.assign(new Error('aborted'), { name: 'AbortError' })), { category: 'timeout', retry: true });
+    assert.deepEqual(defaultClassifier(Object.assign(new Error('timed out'), { name: 'TimeoutError' })), { category: 'timeout', retry: true });
+  });
+
+  test('a job type with no handler is unknown-type, not retried', () => {
+    assert.deepEqual(defaultClassifier(new UnknownJobTypeError('no handler')), { category: 'unknown-type', retry: false });
+  });
+
+  test('plain errors and non-errors are retried as transient', () => {
+    for (const thrown of [new Error('boom'), new TypeError('x is undefined'), 'a string', 42, null, undefined, { message: 'object' }]) {
+      assert.deepEqual(defaultClassifier(thrown), { category: 'transient', retry: true }, `thrown: ${String(thrown)}`);
+    }
+    // A status outside 100-599 is not an HTTP status.
+    assert.deepEqual(defaultClassifier(withStatus(42)), { category: 'transient', retry: true });
+  });
+});
+
+describe('snooze', () => {
+  test('snooze(d) carries the delay and is recognised', () => {
+    const s = snooze('10m');
+    assert.equal(s.delayMs, 600_000);
+    assert.equal(isSnooze(s), true);
+    assert.equal(snooze(250).delayMs, 250);
+    assert.equal(snooze(0).delayMs, 0);
+  });
+
+  test('other return values are not snoozes', () => {
+    for (const value of [undefined, null, 0, 'snooze', { delayMs: 1000 }, [], () => {}]) assert.equal(isSnooze(value), false);
+  });
+
+  test('a bad snooze duration is refused', () => {
+    throwsValidation(() => snooze(-1), /^snooze:/);
+    throwsValidation(() => snooze('later' as never), /^snooze:/, /not a duration/);
+  });
+});
+
+describe('UUIDv7 ids', () => {
+  const timestampOf = (id: string) => parseInt(id.replaceAll('-', '').slice(0, 12), 16);
+
+  test('have version 7, variant 10, the given time in the first 48 bits, and the UUID shape', () => {
+    for (let i = 0; i < 200; i++) {
+      const id = newId();
+      assert.ok(isUuid(id), id);
+      assert.match(id, /^[0-9a-f]{8}-[0-9a-f]{4}-7[0-9a-f]{3}-[89ab][0-9a-f]{3}-[0-9a-f]{12}$/, id);
+    }
+    const t = Date.UTC(2030, 0, 1);
+    assert.equal(timestampOf(newId(t)), t);
+  });
+
+  test('sort in creation order within one millisecond (and across the 4096-per-ms counter)', () => {
+    const t = Date.UTC(2031, 0, 1);
+    const ids = Array.from({ length: 10_000 }, () => newId(t));
+    assert.equal(new Set(ids).size, ids.length, 'unique');
+    for (let i = 1; i < ids.length; i++) assert.ok(ids[i - 1]! < ids[i]!, `ids[${i - 1}] < ids[${i}]: ${ids[i - 1]} ${ids[i]}`);
+    assert.equal(timestampOf(ids[0]!), t);
+    assert.ok(timestampOf(ids.at(-1)!) > t, 'after 4096 ids in one ms the timestamp moves on rather than wrapping');
+  });
+
+  test('stay in order when the clock goes backwards', () => {
+    const a = newId(Date.UTC(2032, 0, 1));
+    const b = newId(Date.UTC(2032, 0, 1) - 5000);
+    const c = newId(Date.UTC(2032, 0, 1) + 1);
+    assert.ok(a < b && b < c, `${a} < ${b} < ${c}`);
+  });
+
+  test('isUuid accepts any UUID and nothing else', () => {
+    assert.equal(isUuid('00000000-0000-4000-8000-000000000000'), true);
+    assert.equal(isUuid('0190D6A8-0000-7000-8000-000000000000'), true);
+    for (const bad of ['', 'not-a-uuid', '00000000-0000-4000-8000-00000000000', '00000000000040008000000000000000', "' OR 1=1 --", 42, null]) {
+      assert.equal(isUuid(bad), false, String(bad));
+    }
+  });
+});
+
+describe('identifiers', () => {
+  const injection = 'x"; DROP TABLE jobs; --';
+
+  test('schema names: 1-50 lower-case letters, digits or _, starting with a letter or _; returned quoted', () => {
+    assert.equal(quoteSchema('mailroom'), '"mailroom"');
+    for (const ok of ['a', '_x', 'tenant_42', 'a'.repeat(50)]) assert.equal(quoteSchema(ok), `"${ok}"`);
+    for (const bad of ['', 'Mailroom', '1abc', 'a-b', 'a.b', 'a b', 'a"b', "a'b", 'a;b', 'a'.repeat(51), injection, 'ü', 'a\n', 'a\u0000']) {
+      throwsValidation(() => quoteSchema(bad), /^schema:/, /not a valid schema name/, /1-50 lower-case/);
+    }
+    for (const bad of [42, null, undefined, ['mailroom']]) throwsValidation(() => quoteSchema(bad as never), /^schema:/);
+  });
+
+  test('queue and job names: 1-128 of letters, digits, _ . : -, starting with a letter or digit', () => {
+    for (const ok of ['email', 'email.welcome', 'Orders:v2', 'a-b_c.d:e', '1st', 'x'.repeat(128)]) assertName(ok, 'queue');
+    for (const bad of ['', '.x', '-x', '_x', 'a b', 'a"b', "a'b", 'a;b', 'a/b', 'x'.repeat(129), injection, 'a\nb', 'abc\n', 'é', 'a\u0000']) {
+      throwsValidation(() => assertName(bad, 'queue of job x'), /^queue of job x:/, /is not valid/, /1-128 characters/);
+    }
+    for (const bad of [42, null, undefined, {}]) throwsValidation(() => assertName(bad, 'job name'), /^job name:/);
+  });
+
+  test('the error shows the bad value JSON-quoted, so quotes and control characters are visible', () => {
+    throwsValidation(() => assertName(injection, 'queue'), /"x\\"; DROP TABLE jobs; --"/);
+    throwsValidation(() => assertName('a\nb', 'queue'), /"a\\nb"/);
+  });
+});
+
+describe('payload serialisation', () => {
+  test('plain JSON is serialised; undefined becomes null', () => {
+    assert.equal(serializePayload({ a: 1, b: [true, null, 'x'] }, DEFAULT_MAX_PAYLOAD_BYTES, 'job t'), '{"a":1,"b":[true,null,"x"]}');
+    assert.equal(serializePayload(undefined, DEFAULT_MAX_PAYLOAD_BYTES, 'job t'), 'null');
+    assert.equal(DEFAULT_MAX_PAYLOAD_BYTES, 1024 * 1024);
+  });
+
+  test('BigInt, cycles and functions are refused with a hint', () => {
+    throwsValidation(() => serializePayload({ n: 1n }, 1000, 'job t'), /^job t:/, /not JSON-serialisable/, /BigInt/);
+    const cycle: Record<string, unknown> = {};
+    cycle.self = cycle;
+    throwsValidation(() => serializePayload(cycle, 1000, 'job t'), /not JSON-serialisable/, /circular/);
+    throwsValidation(() => serializePayload(() => 1, 1000, 'job t'), /not JSON-serialisable/);
+  });
+
+  test('the size limit counts UTF-8 bytes and is named in the error', () => {
+    const text = serializePayload('é'.repeat(4), 10, 'job t'); // "éééé" = 2 + 8 bytes
+    assert.equal(Buffer.byteLength(text), 10);
+    throwsValidation(() => serializePayload('é'.repeat(5), 10, 'job t'), /12 bytes/, /limit of 10 bytes/, /maxPayloadBytes/);
+  });
+
+  test('NUL characters are refused; the text "\\u0000" (a backslash, then u0000) is not a NUL and is kept', () => {
+    throwsValidation(() => serializePayload({ s: 'a\u0000b' }, 1000, 'job t'), /NUL character/);
+    throwsValidation(() => serializePayload({ ['k\u0000']: 1 }, 1000, 'job t'), /NUL character/);
+    throwsValidation(() => serializePayload({ s: '\\\u0000' }, 1000, 'job t'), /NUL character/); // a backslash, then a real NUL
+    assert.equal(serializePayload({ s: 'C:\\u0000' }, 1000, 'job t'), '{"s":"C:\\\\u0000"}');
+    assert.equal(serializePayload({ s: '\\\\u0000' }, 1000, 'job t'), '{"s":"\\\\\\\\u0000"}');
+  });
+
+  test('lone UTF-16 surrogates (which jsonb cannot store) are refused; pairs are fine', () => {
+    throwsValidation(() => serializePayload({ s: '\ud800' }, 1000, 'job t'), /^job t:/, /surrogate/);
+    throwsValidation(() => serializePayload({ s: 'a\udc00b' }, 1000, 'job t'), /surrogate/);
+    assert.equal(serializePayload({ s: '\ud83d\ude00' }, 1000, 'job t'), '{"s":"😀"}');
+    assert.equal(serializePayload({ s: '\\ud800' }, 1000, 'job t'), '{"s":"\\\\ud800"}', 'the text \\ud800 is not a surrogate');
+  });
+});
+
+describe('decideFailure', () => {
+  let seq = 0;
+  const row = (type: string, attempt: number, maxAttempts: number): ClaimedRow => ({
+    id: newId(),
+    queue: 'default',
+    type,
+    payload: {},
+    attempt,
+    max_attempts: maxAttempts,
+    claim_count: attempt,
+    priority: 0,
+    correlation_id: null,
+    created_at: new Date(),
+    expires_at: null,
+  });
+  const job = (retry: RetryOptions, extra: Parameters<typeof defineJob>[1] = {}) =>
+    defineJob(`unit.decide.${seq++}`, { retry, ...extra });
+  const half = () => 0.5;
+
+  test('a retryable failure with attempts left is retried after the job type\'s backoff', () => {
+    const def = job({ maxAttempts: 5, backoff: { base: '1s', max: '1m' } });
+    for (const attempt of [1, 2, 3, 4]) {
+      const outcome = decideFailure(row(def.name, attempt, 5), new Error('flaky'), half);
+      assert.equal(outcome.retry, true);
+      assert.equal(outcome.category, 'transient');
+      assert.equal(outcome.delayMs, backoffDelay(def.retry, attempt, half));
+      assert.equal(outcome.delayMs, 500 * 2 ** (attempt - 1));
+      assert.equal(outcome.message, 'flaky');
+      assert.match(outcome.stack ?? '', /flaky/);
+    }
+    const noJitter = job({ maxAttempts: 5, backoff: { base: 200, max: 300, jitter: 'none' } });
+    assert.equal(decideFailure(row(noJitter.name, 1, 5), new Error('x')).delayMs, 200);
+    assert.equal(decideFailure(row(noJitter.name, 3, 5), new Error('x')).delayMs, 300, 'capped');
+  });
+
+  test('exhausted attempts: dead with reason max-attempts, keeping the category of the last error', () => {
+    const def = job({ maxAttempts: 3 });
+    const outcome = decideFailure(row(def.name, 3, 3), new Error('still flaky'), half);
+    assert.deepEqual(
+      { retry: outcome.retry, deadReason: outcome.deadReason, category: outcome.category, delayMs: outcome.delayMs },
+      { retry: false, deadReason: 'max-attempts', category: 'transient', delayMs: 0 },
+    );
+    const timedOut = decideFailure(row(def.name, 3, 3), Object.assign(new Error('t'), { code: 'ETIMEDOUT' }));
+    assert.deepEqual([timedOut.retry, timedOut.deadReason, timedOut.category], [false, 'max-attempts', 'timeout']);
+    const withAfter = decideFailure(row(def.name, 3, 3), new RetryableError('busy', { after: '1m' }));
+    assert.deepEqual([withAfter.retry, withAfter.deadReason], [false, 'max-attempts'], 'Retry-After does not add attempts');
+    const single = job({ maxAttempts: 1 });
+    assert.equal(decideFailure(row(single.name, 1, 1), new Error('once')).deadReason, 'max-attempts');
+  });
+
+  test('a permanent failure is dead at once with its category as the reason', () => {
+    const def = job({ maxAttempts: 10 });
+    const cases: [unknown, string][] = [
+      [new PermanentError('gone'), 'permanent'],
+      [Object.assign(new Error('unprocessable'), { status: 422 }), 'permanent'],
+      [new ValidationError('bad field'), 'validation'],
+      [new UnknownJobTypeError('no handler'), 'unknown-type'],
+    ];
+    for (const [error, reason] of cases) {
+      const outcome = decideFailure(row(def.name, 1, 10), error, half);
+      assert.deepEqual(
+        { retry: outcome.retry, deadReason: outcome.deadReason, category: outcome.category, delayMs: outcome.delayMs },
+        { retry: false, deadReason: reason, category: reason, delayMs: 0 },
+        String(error),
+      );
+    }
+  });
+
+  test('RetryableError `after` overrides the backoff', () => {
+    const def = job({ maxAttempts: 5, backoff: { base: '1s', max: '2s' } });
+    assert.equal(decideFailure(row(def.name, 1, 5), new RetryableError('rate limited', { after: '30s' }), half).delayMs, 30_000);
+    assert.equal(decideFailure(row(def.name, 2, 5), new RetryableError('rate limited', { after: 0 }), half).delayMs, 0);
+    assert.equal(decideFailure(row(def.name, 1, 5), new RetryableError('rate limited'), half).delayMs, 500, 'no after: backoff');
+  });
+
+  test('a job type\'s own classifier decides (from defineJob({ classify }))', () => {
+    const notFoundIsTransient = job(
+      { maxAttempts: 5, backoff: { base: 100, jitter: 'none' } },
+      { classify: (error) => ((error as { status?: number }).status === 404 ? { category: 'transient', retry: true } : defaultClassifier(error)) },
+    );
+    const missing = decideFailure(row(notFoundIsTransient.name, 1, 5), Object.assign(new Error('not yet'), { status: 404 }));
+    assert.deepEqual([missing.retry, missing.category, missing.delayMs], [true, 'transient', 100]);
+    const everythingPermanent = job({ maxAttempts: 5 }, { classify: () => ({ category: 'permanent', retry: false }) });
+    const plain = decideFailure(row(everythingPermanent.name, 1, 5), new Error('plain'));
+    assert.deepEqual([plain.retry, plain.deadReason], [false, 'permanent']);
+    const withAfter = job({ maxAttempts: 5 }, { classify: () => ({ category: 'transient', retry: true, retryAfterMs: 4242 }) });
+    assert.equal(decideFailure(row(withAfter.name, 1, 5), new Error('x')).delayMs, 4242);
+    // The same error under a type without a custom classifier uses the default.
+    const plainDef = job({ maxAttempts: 5 });
+    assert.equal(decideFailure(row(plainDef.name, 1, 5), Object.assign(new Error('not found'), { status: 404 })).retry, false);
+  });
+
+  test('a classifier that throws falls back to the default classifier', () => {
+    const def = job({ maxAttempts: 5 }, {
+      classify: () => {
+        throw new Error('classifier bug');
+      },
+    });
+    const outcome = decideFailure(row(def.name, 1, 5), new PermanentError('gone'));
+    assert.deepEqual([outcome.retry, outcome.deadReason], [false, 'permanent']);
+    assert.equal(decideFailure(row(def.name, 1, 5), new Error('flaky')).retry, true);
+  });
+
+  test('a type no definition is registered for uses the default policy and classifier', () => {
+    const outcome = decideFailure(row('unit.never.defined', 1, 25), new Error('flaky'), half);
+    assert.deepEqual([outcome.retry, outcome.delayMs], [true, 500]);
+    const dead = decideFailure(row('unit.never.defined', 1, 25), new UnknownJobTypeError('no handler'));
+    assert.deepEqual([dead.retry, dead.deadReason], [false, 'unknown-type']);
+  });
+
+  test('non-Error throws are described readably', () => {
+    const def = job({ maxAttempts: 5 });
+    assert.equal(decideFailure(row(def.name, 1, 5), 'just a string').message, 'just a string');
+    assert.equal(decideFailure(row(def.name, 1, 5), { code: 'E_THING', detail: 1 }).message, '{"code":"E_THING","detail":1}');
+    assert.equal(decideFailure(row(def.name, 1, 5), 'x').stack, null);
+    const huge = decideFailure(row(def.name, 1, 5), new Error('m'.repeat(50_000)));
+    assert.ok(huge.message.length <= 10_000, 'long messages are truncated');
+  });
+});
