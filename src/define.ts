@@ -4,6 +4,7 @@ import { assertName } from './identifiers.ts';
 import { resolveRetryPolicy, type RetryOptions, type RetryPolicy } from './retry/backoff.ts';
 import { defaultClassifier, type ErrorClassifier } from './retry/classify.ts';
 import { registerJob } from './registry.ts';
+import { ValidationError } from './errors.ts';
 
 /** Options of {@link defineJob}. */
 export interface JobOptions<TSchema extends StandardSchemaV1 | undefined = undefined> {
@@ -83,5 +84,7 @@ export function defineJob(name: string, options: JobOptions<StandardSchemaV1 | u
 
 function checkOnDead(value: unknown, name: string): 'continue' | 'hold' {
   if (value === undefined || value === 'continue' || value === 'hold') return value ?? 'continue';
-  throw new TypeError(`job ${name}: ordering.onDead must be 'continue' or 'hold', got ${JSON.stringify(value)}`);
+  throw new ValidationError(`job ${name}: ordering.onDead must be 'continue' or 'hold', got ${JSON.stringify(value)}`, [
+    { path: 'ordering.onDead', message: 'invalid' },
+  ]);
 }

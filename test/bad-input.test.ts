@@ -142,7 +142,9 @@ for (const db of testDatabases()) {
       for (const queue of BAD_NAMES) {
         await refused(t, () => t.mailroom.worker({ queues: ['ok', queue], handlers: {} }), [/^worker queue:/, /is not valid/]);
       }
-      await refused(t, () => t.mailroom.worker({ queues: [], handlers: {} }), [/queues must be a non-empty array/], TypeError);
+      await refused(t, () => t.mailroom.worker({ queues: [], handlers: {} }), [/queues must be a non-empty array/]);
+      await refused(t, () => t.mailroom.worker({ queues: ['q'], concurrency: 0, handlers: {} }), [/concurrency must be an integer from 1/]);
+      await refused(t, () => t.mailroom.worker({ queues: ['q'], lease: 5, handlers: {} }), [/lease must be at least 100ms/]);
     });
 
     test('names with SQL in them never change the database: the jobs table and its rows survive', async () => {
@@ -168,6 +170,7 @@ for (const db of testDatabases()) {
       await refused(t, () => t.mailroom.enqueue(job, {}, { delay: Number.NaN }), [/^delay:/, /finite/]);
       await refused(t, () => t.mailroom.enqueue(job, {}, { delay: 'tomorrow' as never }), [/^delay:/]);
       await refused(t, () => t.mailroom.enqueueMany(job, [{}, {}], { delay: -100 }), [/^delay:/]);
+      await refused(t, () => t.mailroom.enqueue(job, {}, { delay: '1000000000d' }), [/delay must be at most 100 years/]);
     });
 
     test('an invalid runAt is refused', async () => {
@@ -175,6 +178,9 @@ for (const db of testDatabases()) {
       const job = uniqueJob();
       for (const runAt of [new Date('not a date'), '2030-01-01', 1_900_000_000_000, null]) {
         await refused(t, () => t.mailroom.enqueue(job, {}, { runAt: runAt as never }), [/runAt/, /valid Date/]);
+      }
+      for (const runAt of [new Date(-8.64e15), new Date(Date.UTC(10000, 0, 1)), new Date(Date.UTC(1969, 0, 1))]) {
+        await refused(t, () => t.mailroom.enqueue(job, {}, { runAt }), [/runAt must be between 1970 and 9999/]);
       }
     });
 

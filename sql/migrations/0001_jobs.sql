@@ -1,5 +1,14 @@
 -- mailroom migration 1: the job table, its error history, and the wake-up trigger.
 -- :"schema" is the schema name (psql: psql -v schema=mailroom -f 0001_jobs.sql).
+-- Each migration records itself in :"schema".migrations, so files run by hand and
+-- mailroom.migrate() can be mixed.
+
+CREATE SCHEMA IF NOT EXISTS :"schema";
+CREATE TABLE IF NOT EXISTS :"schema".migrations (
+  version integer PRIMARY KEY,
+  name text NOT NULL,
+  applied_at timestamptz NOT NULL DEFAULT now()
+);
 
 CREATE TABLE :"schema".jobs (
   id uuid PRIMARY KEY,
@@ -146,3 +155,5 @@ CREATE TRIGGER jobs_ordering_enqueue BEFORE INSERT ON :"schema".jobs
 CREATE TRIGGER jobs_ordering_release AFTER UPDATE OF state ON :"schema".jobs
   FOR EACH ROW WHEN (NEW.ordering_key IS NOT NULL AND OLD.state IS DISTINCT FROM NEW.state)
   EXECUTE FUNCTION :"schema".ordering_release();
+
+INSERT INTO :"schema".migrations (version, name) VALUES (1, 'jobs');

@@ -8,3 +8,5 @@ CREATE TABLE :"schema".job_steps (
   created_at timestamptz NOT NULL DEFAULT now(),
   PRIMARY KEY (job_id, name)
 );
+
+INSERT INTO :"schema".migrations (version, name) VALUES (2, 'job_steps');

@@ -70,12 +70,30 @@ function checkPriority(priority: unknown): number {
   return priority as number;
 }
 
+const MAX_DELAY_MS = 100 * 365 * 86_400_000;
+const MIN_RUN_AT = Date.UTC(1970, 0, 1);
+const MAX_RUN_AT = Date.UTC(9999, 0, 1);
+
 function checkRunAt(runAt: unknown): Date | null {
   if (runAt === undefined) return null;
   if (!(runAt instanceof Date) || Number.isNaN(runAt.getTime())) {
     throw new ValidationError('runAt must be a valid Date', [{ path: 'runAt', message: 'invalid date' }]);
   }
+  if (runAt.getTime() < MIN_RUN_AT || runAt.getTime() >= MAX_RUN_AT) {
+    throw new ValidationError(`runAt must be between 1970 and 9999, got ${runAt.toISOString()}`, [{ path: 'runAt', message: 'out of range' }]);
+  }
   return runAt;
+}
+
+function checkDelay(delay: EnqueueOptions['delay']): number {
+  if (delay === undefined) return 0;
+  const ms = toMilliseconds(delay, 'delay');
+  if (ms > MAX_DELAY_MS) {
+    throw new ValidationError(`delay must be at most 100 years (${MAX_DELAY_MS} ms), got ${ms} ms; use runAt for a fixed time`, [
+      { path: 'delay', message: 'too long' },
+    ]);
+  }
+  return ms;
 }
 
 /**
@@ -95,7 +113,7 @@ export async function enqueueJobs<TData, TInput>(
     throw new TypeError('enqueue: the first argument must be a job definition made by defineJob()');
   }
   const what = `job ${def.name}`;
-  const delayMs = options.delay === undefined ? 0 : toMilliseconds(options.delay, 'delay');
+  const delayMs = checkDelay(options.delay);
   const runAt = checkRunAt(options.runAt);
   const priority = checkPriority(options.priority);
   const correlationId = checkText(options.correlationId, 'correlationId');

@@ -3,7 +3,7 @@ import { quoteSchema } from '../identifiers.ts';
 import type { Driver } from './driver.ts';
 import { MailroomError } from '../errors.ts';
 
-/** One numbered, forward-only migration. */
+/** One numbered, forward-only migration. Each file ends by recording its version in `<schema>.migrations`. */
 export interface Migration {
   version: number;
   name: string;
@@ -71,8 +71,7 @@ export async function migrate(driver: Driver, schema: string): Promise<{ applied
     const applied: number[] = [];
     for (const migration of all) {
       if (done.has(migration.version)) continue;
-      await tx.exec(migrationSql(migration, schema));
-      await tx.query(`INSERT INTO ${quoted}.migrations (version, name) VALUES ($1, $2)`, [migration.version, migration.name]);
+      await tx.exec(migrationSql(migration, schema)); // records itself in <schema>.migrations
       applied.push(migration.version);
     }
     return { applied };

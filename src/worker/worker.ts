@@ -2,6 +2,7 @@ import { EventEmitter } from 'node:events';
 import { hostname } from 'node:os';
 import { toMilliseconds, type Duration } from '../duration.ts';
 import { assertName } from '../identifiers.ts';
+import { ValidationError } from '../errors.ts';
 import { newId } from '../ids.ts';
 import type { JobQueries } from '../jobs/queries.ts';
 import type { Driver } from '../storage/driver.ts';
@@ -49,6 +50,10 @@ interface Running {
   settled: boolean;
 }
 
+function invalid(path: string, message: string): ValidationError {
+  return new ValidationError(message, [{ path, message }]);
+}
+
 const MAX_ERROR_BACKOFF_MS = 5_000;
 
 /**
@@ -87,15 +92,15 @@ export class Worker extends EventEmitter<WorkerEvents> {
   ) {
     super();
     this.queues = options.queues ?? ['default'];
-    if (!Array.isArray(this.queues) || this.queues.length === 0) throw new TypeError('worker: queues must be a non-empty array of queue names');
+    if (!Array.isArray(this.queues) || this.queues.length === 0) throw invalid('queues', 'worker: queues must be a non-empty array of queue names');
     for (const q of this.queues) assertName(q, 'worker queue');
-    if (typeof options.handlers !== 'object' || options.handlers === null) throw new TypeError('worker: handlers must be an object of job name -> handler function');
+    if (typeof options.handlers !== 'object' || options.handlers === null) throw invalid('handlers', 'worker: handlers must be an object of job name -> handler function');
     this.concurrency = options.concurrency ?? 10;
     if (!Number.isInteger(this.concurrency) || this.concurrency < 1 || this.concurrency > 10_000) {
-      throw new TypeError(`worker: concurrency must be an integer from 1 to 10000, got ${String(options.concurrency)}`);
+      throw invalid('concurrency', `worker: concurrency must be an integer from 1 to 10000, got ${String(options.concurrency)}`);
     }
     this.leaseMs = toMilliseconds(options.lease ?? '30s', 'worker lease');
-    if (this.leaseMs < 100) throw new TypeError('worker: lease must be at least 100ms');
+    if (this.leaseMs < 100) throw invalid('lease', `worker: lease must be at least 100ms, got ${this.leaseMs} ms`);
     this.pollMs = toMilliseconds(options.pollInterval ?? '1s', 'worker pollInterval');
     this.id = options.id ?? `${hostname()}:${process.pid}:${newId().slice(-8)}`;
     this.completer = new Completer(driver, queries);
@@ -365,7 +370,8 @@ export class Worker extends EventEmitter<WorkerEvents> {
   }
 
   private async heartbeat(): Promise<void> {
-    const entries = [...this.running.values(), ...this.finishing.values()];
+    // Sorted by id, as the completer sorts its batches: rows are locked in array order, so the two cannot deadlock.
+    const entries = [...this.running.values(), ...this.finishing.values()].sort((a, b) => (a.row.id < b.row.id ? -1 : a.row.id > b.row.id ? 1 : 0));
     if (entries.length === 0) return;
     try {
       const { rows } = await this.driver.run<{ id: string }>(this.queries.heartbeat, [
