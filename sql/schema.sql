@@ -6,6 +6,12 @@
 
 -- Tables
 
+CREATE TABLE :"schema".entity_versions (
+  entity text NOT NULL,
+  version bigint NOT NULL,
+  updated_at timestamp with time zone DEFAULT now() NOT NULL
+);
+
 CREATE TABLE :"schema".job_errors (
   job_id uuid NOT NULL,
   claim integer NOT NULL,
@@ -67,6 +73,7 @@ CREATE TABLE :"schema".ordering_keys (
 
 -- Constraints
 
+ALTER TABLE :"schema".entity_versions ADD CONSTRAINT entity_versions_pkey PRIMARY KEY (entity);
 ALTER TABLE :"schema".job_errors ADD CONSTRAINT job_errors_pkey PRIMARY KEY (job_id, claim);
 ALTER TABLE :"schema".job_steps ADD CONSTRAINT job_steps_pkey PRIMARY KEY (job_id, name);
 ALTER TABLE :"schema".jobs ADD CONSTRAINT jobs_pkey PRIMARY KEY (id);
@@ -79,12 +86,14 @@ ALTER TABLE :"schema".job_steps ADD CONSTRAINT job_steps_job_id_fkey FOREIGN KEY
 
 -- Indexes
 
+-- (made by its constraint) CREATE UNIQUE INDEX entity_versions_pkey ON :"schema".entity_versions USING btree (entity);
+CREATE INDEX job_errors_failed_at_idx ON :"schema".job_errors USING btree (failed_at);
 -- (made by its constraint) CREATE UNIQUE INDEX job_errors_pkey ON :"schema".job_errors USING btree (job_id, claim);
 -- (made by its constraint) CREATE UNIQUE INDEX job_steps_pkey ON :"schema".job_steps USING btree (job_id, name);
 CREATE INDEX jobs_claim_idx ON :"schema".jobs USING btree (queue, priority DESC, run_at, id) WHERE ((state = ANY (ARRAY['available'::text, 'scheduled'::text, 'retrying'::text])) AND (NOT blocked));
 CREATE INDEX jobs_correlation_idx ON :"schema".jobs USING btree (correlation_id) WHERE (correlation_id IS NOT NULL);
-CREATE INDEX jobs_dead_idx ON :"schema".jobs USING btree (queue, finished_at) WHERE (state = 'dead'::text);
 CREATE UNIQUE INDEX jobs_dedup_key_idx ON :"schema".jobs USING btree (type, dedup_key) WHERE ((dedup_key IS NOT NULL) AND (state = ANY (ARRAY['scheduled'::text, 'available'::text, 'active'::text, 'retrying'::text])));
+CREATE INDEX jobs_finished_idx ON :"schema".jobs USING btree (state, finished_at, queue) WHERE (state = ANY (ARRAY['completed'::text, 'dead'::text, 'cancelled'::text]));
 CREATE INDEX jobs_lease_idx ON :"schema".jobs USING btree (locked_until) WHERE (state = 'active'::text);
 CREATE INDEX jobs_ordering_idx ON :"schema".jobs USING btree (queue, ordering_key, ordering_seq) WHERE ((ordering_key IS NOT NULL) AND (state <> ALL (ARRAY['completed'::text, 'cancelled'::text])));
 -- (made by its constraint) CREATE UNIQUE INDEX jobs_pkey ON :"schema".jobs USING btree (id);
@@ -108,18 +117,23 @@ BEGIN
 END;
 $function$;
 
-CREATE OR REPLACE FUNCTION :"schema".ordering_enqueue()
+CREATE OR REPLACE FUNCTION :"schema".ordering_acquire()
  RETURNS trigger
  LANGUAGE plpgsql
  SET search_path TO :'schema'
 AS $function$
 BEGIN
+  IF TG_OP = 'UPDATE' AND (
+       (OLD.state IN ('scheduled', 'available', 'active', 'retrying') OR (OLD.state = 'dead' AND OLD.hold_key_when_dead))
+       OR NOT (NEW.state IN ('scheduled', 'available', 'active', 'retrying') OR (NEW.state = 'dead' AND NEW.hold_key_when_dead))) THEN
+    RETURN NEW; -- only a job taking its key up again (a retried dead or cancelled job) queues behind the key
+  END IF;
   INSERT INTO ordering_keys AS k (queue, key) VALUES (NEW.queue, NEW.ordering_key)
     ON CONFLICT (queue, key) DO UPDATE SET touched_at = now();
   NEW.ordering_seq := nextval('jobs_ordering_seq');
   NEW.blocked := EXISTS (
     SELECT 1 FROM jobs AS j
-     WHERE j.queue = NEW.queue AND j.ordering_key = NEW.ordering_key
+     WHERE j.queue = NEW.queue AND j.ordering_key = NEW.ordering_key AND j.id <> NEW.id
        AND (j.state IN ('scheduled', 'available', 'active', 'retrying') OR (j.state = 'dead' AND j.hold_key_when_dead)));
   RETURN NEW;
 END;
@@ -160,7 +174,7 @@ $function$;
 -- Triggers
 
 CREATE TRIGGER jobs_notify_new AFTER INSERT ON :"schema".jobs REFERENCING NEW TABLE AS new_jobs FOR EACH STATEMENT EXECUTE FUNCTION :"schema".notify_new_jobs();
-CREATE TRIGGER jobs_ordering_enqueue BEFORE INSERT ON :"schema".jobs FOR EACH ROW WHEN ((new.ordering_key IS NOT NULL)) EXECUTE FUNCTION :"schema".ordering_enqueue();
+CREATE TRIGGER jobs_ordering_acquire BEFORE INSERT OR UPDATE OF state ON :"schema".jobs FOR EACH ROW WHEN ((new.ordering_key IS NOT NULL)) EXECUTE FUNCTION :"schema".ordering_acquire();
 CREATE TRIGGER jobs_ordering_release AFTER UPDATE OF state ON :"schema".jobs FOR EACH ROW WHEN (((new.ordering_key IS NOT NULL) AND (old.state IS DISTINCT FROM new.state))) EXECUTE FUNCTION :"schema".ordering_release();
 
 -- Comments

@@ -3,7 +3,9 @@
  * At-least-once delivery; exactly-once effects.
  */
 export { createMailroom, Mailroom } from './mailroom.ts';
-export type { MailroomOptions, MailroomTransaction, JobsApi } from './mailroom.ts';
+export type { MailroomOptions, MailroomTransaction, JobsApi, VersionsApi } from './mailroom.ts';
+export type { JobActionResult } from './jobs/admin.ts';
+export type { MailroomStats, QueueStats } from './stats.ts';
 export { defineJob } from './define.ts';
 export type { JobDefinition, JobOptions, JobData, JobInput } from './define.ts';
 export { PermanentError, RetryableError, ValidationError, MailroomError } from './errors.ts';
@@ -22,3 +24,4 @@ export type { Job, JobContext, JobHandler, TxHandle } from './worker/types.ts';
 export type { TransactionLike } from './storage/driver.ts';
 export { migrations, migrationSql } from './storage/migrations.ts';
 export type { Migration } from './storage/migrations.ts';
+export type { RetentionOptions } from './retention.ts';

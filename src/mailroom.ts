@@ -8,7 +8,14 @@ import { jobQueries, type JobQueries } from './jobs/queries.ts';
 import { stepQueries, type StepQueries } from './jobs/step-queries.ts';
 import { DEFAULT_MAX_PAYLOAD_BYTES } from './payload.ts';
 import { connect, type DatabaseOption } from './storage/connect.ts';
-import type { Driver, Queryable } from './storage/driver.ts';
+import { asQueryable, type Driver, type Queryable, type TransactionLike } from './storage/driver.ts';
+import { adminQueries, type AdminQueries } from './jobs/admin-queries.ts';
+import { cancelJob, retryJob, type JobActionResult } from './jobs/admin.ts';
+import { readStats, type MailroomStats } from './stats.ts';
+import { advanceVersion } from './versions.ts';
+import { checkRetentionAgainst, resolveRetention, type RetentionOptions, type RetentionPolicy } from './retention.ts';
+import { retentionQueries } from './jobs/retention-queries.ts';
+import { findJob, registeredJobs } from './registry.ts';
 import { migrate } from './storage/migrations.ts';
 import { explainDatabaseError } from './storage/explain.ts';
 import { Maintenance } from './worker/maintenance.ts';
@@ -31,12 +38,14 @@ export interface MailroomOptions {
   poolSize?: number;
   /** How often workers look for expired leases. Default `'5s'`. */
   rescueInterval?: Duration;
+  /** How long finished jobs are kept (completed 7 days, dead 14 days by default). */
+  retention?: RetentionOptions;
 }
 
 /** The transaction handle `mailroom.transaction()` gives: run SQL, and pass it as `{ tx }`. */
 export interface MailroomTransaction extends Queryable {}
 
-/** Read access to jobs. */
+/** Read and act on single jobs. */
 export interface JobsApi {
   /**
    * A job's state, human status, attempts, errors and history.
@@ -45,6 +54,34 @@ export interface JobsApi {
    * const job = await mailroom.jobs.get(id); console.log(job?.status);
    */
   get(id: string): Promise<JobInfo | undefined>;
+  /**
+   * Cancels a waiting or dead job (an active one is left to finish).
+   *
+   * @example
+   * const { changed, state } = await mailroom.jobs.cancel(id);
+   */
+  cancel(id: string): Promise<JobActionResult>;
+  /**
+   * Runs a job again now; a dead or cancelled job gets a fresh budget of attempts.
+   *
+   * @example
+   * await mailroom.jobs.retry(id);
+   */
+  retry(id: string): Promise<JobActionResult>;
+}
+
+/** Monotonic versions per entity, to ignore outdated updates. */
+export interface VersionsApi {
+  /**
+   * Records `version` for `entity` if newer than any recorded; true when it was.
+   * Pass `tx` to make it part of the update it guards.
+   *
+   * @example
+   * await mailroom.transaction(async (tx) => {
+   *   if (await mailroom.versions.advance(`customer:${id}`, v, { tx })) await tx.query('UPDATE customers ...');
+   * });
+   */
+  advance(entity: string, version: number | bigint, options?: { tx?: TransactionLike }): Promise<boolean>;
 }
 
 /**
@@ -54,6 +91,9 @@ export interface JobsApi {
 export class Mailroom {
   readonly schema: string;
   readonly jobs: JobsApi;
+  readonly versions: VersionsApi;
+  private readonly retention: RetentionPolicy;
+  private readonly admin: AdminQueries;
   private readonly queries: JobQueries;
   private readonly stepQueries: StepQueries;
   private readonly maintenance: Maintenance;
@@ -69,10 +109,21 @@ export class Mailroom {
     this.stepQueries = stepQueries(quoteSchema(this.schema));
     this.maxPayloadBytes = options.maxPayloadBytes ?? DEFAULT_MAX_PAYLOAD_BYTES;
     const rescueMs = toMilliseconds(options.rescueInterval ?? '5s', 'rescueInterval');
-    this.maintenance = new Maintenance(driver, this.queries, Math.max(10, rescueMs), (error) =>
+    this.retention = resolveRetention(options.retention);
+    this.maintenance = new Maintenance(driver, this.queries, retentionQueries(quoteSchema(this.schema)), this.retention, Math.max(10, rescueMs), (error) =>
       console.error('[mailroom] maintenance:', this.explain(error).message),
     );
-    this.jobs = { get: (id) => getJob(this.driver, this.queries, id).catch((e) => this.fail(e)) };
+    const admin = adminQueries(quoteSchema(this.schema));
+    this.admin = admin;
+    this.jobs = {
+      get: (id) => getJob(this.driver, this.queries, id).catch((e) => this.fail(e)),
+      cancel: (id) => cancelJob(this.driver, admin, id).catch((e) => this.fail(e)),
+      retry: (id) => retryJob(this.driver, admin, id).catch((e) => this.fail(e)),
+    };
+    this.versions = {
+      advance: (entity, version, opts = {}) =>
+        advanceVersion(opts.tx ? asQueryable(opts.tx) : this.driver, quoteSchema(this.schema), entity, version).catch((e) => this.fail(e)),
+    };
   }
 
   private readonly maxPayloadBytes: number;
@@ -138,21 +189,41 @@ export class Mailroom {
    * await worker.start();
    */
   worker(options: WorkerOptions): Worker {
+    checkRetentionAgainst(
+      this.retention,
+      Object.keys(options.handlers ?? {}).flatMap((name) => {
+        const def = findJob(name);
+        return def ? [def] : [];
+      }),
+    );
     const maintenance = options.maintenance === false ? undefined : this.maintenance;
-    const worker = new Worker(this.driver, this.queries, this.stepQueries, `${this.schema}_wakeup`, options, maintenance);
+    const worker = new Worker(this.driver, this.queries, this.stepQueries, quoteSchema(this.schema), `${this.schema}_wakeup`, options, maintenance);
     this.workers.add(worker);
     return worker;
   }
 
   /**
-   * Runs maintenance once now: rescues jobs whose lease expired. Workers do
-   * this on their own every `rescueInterval`.
+   * Health numbers per queue: counts by state, age of the oldest available job,
+   * completions and failures per second over the last minute.
    *
    * @example
-   * const { rescued } = await mailroom.maintain();
+   * const { queues } = await mailroom.stats(); console.log(queues.email?.oldestAgeSeconds);
    */
-  async maintain(): Promise<{ rescued: number }> {
-    return { rescued: await this.maintenance.rescueExpired().catch((e) => this.fail(e)) };
+  async stats(): Promise<MailroomStats> {
+    return readStats(this.driver, this.admin).catch((e) => this.fail(e));
+  }
+
+  /**
+   * Runs maintenance once now: rescues jobs whose lease expired, and prunes
+   * finished jobs past their retention. Workers do this on their own.
+   *
+   * @example
+   * const { rescued, pruned } = await mailroom.maintain();
+   */
+  async maintain(): Promise<{ rescued: number; pruned: number }> {
+    const rescued = await this.maintenance.rescueExpired().catch((e) => this.fail(e));
+    const pruned = await this.maintenance.prune().catch((e) => this.fail(e));
+    return { rescued, pruned };
   }
 
   /**
@@ -189,6 +260,7 @@ export async function createMailroom(options: MailroomOptions = {}): Promise<Mai
   }
   const poolSize = options.poolSize ?? 10;
   if (!Number.isInteger(poolSize) || poolSize < 2) throw new ValidationError('poolSize must be an integer of 2 or more', [{ path: 'poolSize', message: 'invalid' }]);
+  checkRetentionAgainst(resolveRetention(options.retention), registeredJobs());
   const driver = await connect(options.database as DatabaseOption | undefined, poolSize);
   return new Mailroom(driver, options);
 }

@@ -11,3 +11,8 @@ export function registerJob(def: JobDefinition<unknown, unknown>): void {
 export function findJob(name: string): JobDefinition<unknown, unknown> | undefined {
   return definitions.get(name);
 }
+
+/** Every job definition registered in this process. */
+export function registeredJobs(): IterableIterator<JobDefinition<unknown, unknown>> {
+  return definitions.values();
+}

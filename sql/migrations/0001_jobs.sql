@@ -53,8 +53,8 @@ CREATE INDEX jobs_lease_idx ON :"schema".jobs (locked_until) WHERE state = 'acti
 CREATE UNIQUE INDEX jobs_dedup_key_idx ON :"schema".jobs (type, dedup_key)
   WHERE dedup_key IS NOT NULL AND state IN ('scheduled', 'available', 'active', 'retrying');
 
--- Dead letters by queue and time.
-CREATE INDEX jobs_dead_idx ON :"schema".jobs (queue, finished_at) WHERE state = 'dead';
+-- Finished jobs by queue, state and time: dead-letter listing, retention, completions per minute.
+CREATE INDEX jobs_finished_idx ON :"schema".jobs (state, finished_at, queue) WHERE state IN ('completed', 'dead', 'cancelled');
 
 CREATE INDEX jobs_correlation_idx ON :"schema".jobs (correlation_id) WHERE correlation_id IS NOT NULL;
 
@@ -72,6 +72,8 @@ CREATE TABLE :"schema".job_errors (
   failed_at timestamptz NOT NULL DEFAULT now(),
   PRIMARY KEY (job_id, claim)
 );
+
+CREATE INDEX job_errors_failed_at_idx ON :"schema".job_errors (failed_at);
 
 -- Wake idle workers once per statement (not per row: NOTIFY per row is O(n^2) in one transaction).
 -- A hint only: workers also poll.
@@ -105,15 +107,20 @@ CREATE SEQUENCE :"schema".jobs_ordering_seq;
 CREATE INDEX jobs_ordering_idx ON :"schema".jobs (queue, ordering_key, ordering_seq)
   WHERE ordering_key IS NOT NULL AND state NOT IN ('completed', 'cancelled');
 
-CREATE FUNCTION :"schema".ordering_enqueue() RETURNS trigger LANGUAGE plpgsql
+CREATE FUNCTION :"schema".ordering_acquire() RETURNS trigger LANGUAGE plpgsql
   SET search_path = :"schema" AS $$
 BEGIN
+  IF TG_OP = 'UPDATE' AND (
+       (OLD.state IN ('scheduled', 'available', 'active', 'retrying') OR (OLD.state = 'dead' AND OLD.hold_key_when_dead))
+       OR NOT (NEW.state IN ('scheduled', 'available', 'active', 'retrying') OR (NEW.state = 'dead' AND NEW.hold_key_when_dead))) THEN
+    RETURN NEW; -- only a job taking its key up again (a retried dead or cancelled job) queues behind the key
+  END IF;
   INSERT INTO ordering_keys AS k (queue, key) VALUES (NEW.queue, NEW.ordering_key)
     ON CONFLICT (queue, key) DO UPDATE SET touched_at = now();
   NEW.ordering_seq := nextval('jobs_ordering_seq');
   NEW.blocked := EXISTS (
     SELECT 1 FROM jobs AS j
-     WHERE j.queue = NEW.queue AND j.ordering_key = NEW.ordering_key
+     WHERE j.queue = NEW.queue AND j.ordering_key = NEW.ordering_key AND j.id <> NEW.id
        AND (j.state IN ('scheduled', 'available', 'active', 'retrying') OR (j.state = 'dead' AND j.hold_key_when_dead)));
   RETURN NEW;
 END;
@@ -148,9 +155,9 @@ BEGIN
 END;
 $$;
 
-CREATE TRIGGER jobs_ordering_enqueue BEFORE INSERT ON :"schema".jobs
+CREATE TRIGGER jobs_ordering_acquire BEFORE INSERT OR UPDATE OF state ON :"schema".jobs
   FOR EACH ROW WHEN (NEW.ordering_key IS NOT NULL)
-  EXECUTE FUNCTION :"schema".ordering_enqueue();
+  EXECUTE FUNCTION :"schema".ordering_acquire();
 
 CREATE TRIGGER jobs_ordering_release AFTER UPDATE OF state ON :"schema".jobs
   FOR EACH ROW WHEN (NEW.ordering_key IS NOT NULL AND OLD.state IS DISTINCT FROM NEW.state)

@@ -7,6 +7,7 @@ import type { StepQueries } from '../jobs/step-queries.ts';
 import type { Driver } from '../storage/driver.ts';
 import { HandlerTransaction } from './handler-tx.ts';
 import { idempotencyKey, runStep } from './steps.ts';
+import { advanceVersion } from '../versions.ts';
 import type { ClaimedRow, Job, JobContext, JobHandler } from './types.ts';
 
 /** What running a handler needs from its worker. */
@@ -16,6 +17,7 @@ export interface ExecutionDeps {
   stepQueries: StepQueries;
   leaseMs: number;
   workerId: string;
+  quotedSchema: string;
 }
 
 /** An outcome, and the handler's transaction when it used `ctx.tx`. */
@@ -103,6 +105,7 @@ export async function execute(
     },
     step: (name, fn) => runStep(deps.driver, deps.stepQueries, row, name, fn, tx?.isOpen ?? false),
     idempotencyKey: (name) => idempotencyKey(row, name),
+    isNewer: (entity, version) => advanceVersion(ctx.tx, deps.quotedSchema, entity, version),
   };
   const outcome = await runHandler(row, handler, controller, ctx);
   return { outcome, tx };

@@ -1,5 +1,7 @@
 import type { JobQueries } from '../jobs/queries.ts';
 import type { Driver } from '../storage/driver.ts';
+import type { RetentionQueries } from '../jobs/retention-queries.ts';
+import { prune, type RetentionPolicy } from '../retention.ts';
 
 const RESCUE_BATCH = 500;
 export const LEASE_EXPIRED_MESSAGE = 'lease expired: the worker stopped renewing it (crashed, killed, paused or cut off from the database)';
@@ -12,15 +14,24 @@ export const LEASE_EXPIRED_MESSAGE = 'lease expired: the worker stopped renewing
  */
 export class Maintenance {
   private timer: NodeJS.Timeout | undefined;
+  private pruneTimer: NodeJS.Timeout | undefined;
   private running: Promise<unknown> | undefined;
+  private pruning: Promise<unknown> | undefined;
   private users = 0;
 
   constructor(
     private readonly driver: Driver,
     private readonly queries: JobQueries,
+    private readonly retentionQueries: RetentionQueries,
+    private readonly retention: RetentionPolicy,
     private readonly intervalMs: number,
     private readonly onError: (error: unknown) => void,
   ) {}
+
+  /** One retention pass: deletes finished jobs past their retention, in bounded batches. */
+  prune(): Promise<number> {
+    return prune(this.driver, this.retentionQueries, this.retention);
+  }
 
   /** One pass: rescues every expired lease now. Returns how many jobs it rescued. */
   async rescueExpired(): Promise<number> {
@@ -43,13 +54,22 @@ export class Maintenance {
         .finally(() => (this.running = undefined));
     }, this.intervalMs);
     this.timer.unref();
+    this.pruneTimer = setInterval(() => {
+      if (this.pruning) return;
+      this.pruning = this.prune()
+        .catch(this.onError)
+        .finally(() => (this.pruning = undefined));
+    }, this.retention.intervalMs);
+    this.pruneTimer.unref();
   }
 
   stop(): void {
     this.users = Math.max(0, this.users - 1);
     if (this.users === 0 && this.timer) {
       clearInterval(this.timer);
+      clearInterval(this.pruneTimer);
       this.timer = undefined;
+      this.pruneTimer = undefined;
     }
   }
 }

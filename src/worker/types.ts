@@ -39,6 +39,14 @@ export interface JobContext {
   step<T>(name: string, fn: () => T | Promise<T>): Promise<T>;
   /** A key that is the same on every attempt of this job: `mailroom:<queue>:<job id>:<name>`. */
   idempotencyKey(name: string): string;
+  /**
+   * Records `version` for `entity` in `ctx.tx` and resolves true if it is newer
+   * than every version recorded before; false means the update is outdated: skip it.
+   *
+   * @example
+   * if (await ctx.isNewer(`customer:${job.data.id}`, job.data.version)) await ctx.tx.query('UPDATE customers ...');
+   */
+  isNewer(entity: string, version: number | bigint): Promise<boolean>;
 }
 
 /**

@@ -86,6 +86,7 @@ export class Worker extends EventEmitter<WorkerEvents> {
     private readonly driver: Driver,
     private readonly queries: JobQueries,
     private readonly stepQueries: StepQueries,
+    private readonly quotedSchema: string,
     private readonly channel: string,
     private readonly options: WorkerOptions,
     private readonly maintenance: Maintenance | undefined,
@@ -266,7 +267,14 @@ export class Worker extends EventEmitter<WorkerEvents> {
   private run(row: ClaimedRow): void {
     const entry: Running = { row, controller: new AbortController(), settled: false };
     this.running.set(row.id, entry);
-    const deps: ExecutionDeps = { driver: this.driver, jobQueries: this.queries, stepQueries: this.stepQueries, leaseMs: this.leaseMs, workerId: this.id };
+    const deps: ExecutionDeps = {
+      driver: this.driver,
+      jobQueries: this.queries,
+      stepQueries: this.stepQueries,
+      leaseMs: this.leaseMs,
+      workerId: this.id,
+      quotedSchema: this.quotedSchema,
+    };
     void execute(row, this.options.handlers[row.type] as JobHandler | undefined, entry.controller, deps)
       .then(({ outcome, tx }) => {
         // The slot is free as soon as the handler is done; the outcome is written in the background.

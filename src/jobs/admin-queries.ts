@@ -1,0 +1,68 @@
+import type { NamedQuery } from '../storage/driver.ts';
+
+/** Statements behind `jobs.cancel`, `jobs.retry` and `mailroom.stats()`, for one quoted schema. */
+export interface AdminQueries {
+  cancel: NamedQuery;
+  retry: NamedQuery;
+  stateOf: NamedQuery;
+  retryBudgetOf: NamedQuery;
+  queueCounts: NamedQuery;
+  completedLastMinute: NamedQuery;
+  failedLastMinute: NamedQuery;
+}
+
+const WAITING = `('available', 'scheduled', 'retrying')`;
+
+/** Builds the admin statements for a quoted schema name. */
+export function adminQueries(quotedSchema: string): AdminQueries {
+  const s = quotedSchema;
+  const tag = quotedSchema.slice(1, -1);
+  const q = (name: string, text: string): NamedQuery => ({ name: `mailroom_${name}_${tag}`, text });
+  return {
+    // $1 id. Waiting and dead jobs can be cancelled; an active one is left to finish.
+    cancel: q(
+      'cancel',
+      `UPDATE ${s}.jobs SET state = 'cancelled', finished_at = now(), locked_until = NULL
+        WHERE id = $1 AND state IN ('scheduled', 'available', 'retrying', 'dead')
+       RETURNING id`,
+    ),
+    // $1 id, $2 fresh attempt budget. A waiting job runs now; a dead or cancelled one gets a fresh
+    // budget of attempts and of maxAge, and queues again (behind its ordering key, if it has one).
+    retry: q(
+      'retry',
+      `UPDATE ${s}.jobs
+          SET state = 'available', run_at = now(), finished_at = NULL, dead_reason = NULL,
+              max_attempts = CASE WHEN state IN ('dead', 'cancelled') THEN attempt + $2::int ELSE max_attempts END,
+              expires_at = CASE WHEN state IN ('dead', 'cancelled') THEN now() + (expires_at - created_at) ELSE expires_at END
+        WHERE id = $1 AND state IN ('scheduled', 'available', 'retrying', 'dead', 'cancelled')
+       RETURNING id`,
+    ),
+    stateOf: q('state_of', `SELECT state FROM ${s}.jobs WHERE id = $1`),
+    retryBudgetOf: q('retry_budget_of', `SELECT type, max_attempts FROM ${s}.jobs WHERE id = $1`),
+    queueCounts: q(
+      'queue_counts',
+      `SELECT queue,
+              count(*) FILTER (WHERE state IN ${WAITING} AND NOT blocked AND run_at <= now())::int AS available,
+              count(*) FILTER (WHERE state = 'scheduled' AND NOT blocked AND run_at > now())::int AS scheduled,
+              count(*) FILTER (WHERE state = 'retrying' AND NOT blocked AND run_at > now())::int AS retrying,
+              count(*) FILTER (WHERE state IN ${WAITING} AND blocked)::int AS blocked,
+              count(*) FILTER (WHERE state = 'active')::int AS active,
+              count(*) FILTER (WHERE state = 'dead')::int AS dead,
+              COALESCE(extract(epoch FROM now() - min(run_at) FILTER (WHERE state IN ${WAITING} AND NOT blocked AND run_at <= now())), 0)::float8
+                AS oldest_age_seconds
+         FROM ${s}.jobs
+        WHERE state IN ('scheduled', 'available', 'active', 'retrying', 'dead')
+        GROUP BY queue`,
+    ),
+    completedLastMinute: q(
+      'completed_last_minute',
+      `SELECT queue, count(*)::int AS n FROM ${s}.jobs
+        WHERE state = 'completed' AND finished_at > now() - interval '60 seconds' GROUP BY queue`,
+    ),
+    failedLastMinute: q(
+      'failed_last_minute',
+      `SELECT j.queue, count(*)::int AS n FROM ${s}.job_errors AS e JOIN ${s}.jobs AS j ON j.id = e.job_id
+        WHERE e.failed_at > now() - interval '60 seconds' GROUP BY j.queue`,
+    ),
+  };
+}

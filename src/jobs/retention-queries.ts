@@ -1,0 +1,45 @@
+import type { NamedQuery } from '../storage/driver.ts';
+
+/** Statements of retention, each deleting at most one bounded batch, for one quoted schema. */
+export interface RetentionQueries {
+  pruneByAge: NamedQuery;
+  pruneCompletedByCount: NamedQuery;
+  pruneIdleOrderingKeys: NamedQuery;
+}
+
+/** Builds the retention statements for a quoted schema name. */
+export function retentionQueries(quotedSchema: string): RetentionQueries {
+  const s = quotedSchema;
+  const tag = quotedSchema.slice(1, -1);
+  const q = (name: string, text: string): NamedQuery => ({ name: `mailroom_${name}_${tag}`, text });
+  return {
+    // $1 states, $2 age ms, $3 batch. Errors and step results go with their job (ON DELETE CASCADE).
+    pruneByAge: q(
+      'prune_by_age',
+      `DELETE FROM ${s}.jobs WHERE id IN (
+         SELECT id FROM ${s}.jobs
+          WHERE state = ANY($1::text[]) AND finished_at < now() - $2::bigint * interval '1 millisecond'
+          LIMIT $3)`,
+    ),
+    // $1 completed jobs to keep per queue (newest first), $2 batch
+    pruneCompletedByCount: q(
+      'prune_by_count',
+      `DELETE FROM ${s}.jobs WHERE id IN (
+         SELECT id FROM (
+           SELECT id, row_number() OVER (PARTITION BY queue ORDER BY finished_at DESC) AS rn
+             FROM ${s}.jobs WHERE state = 'completed') AS ranked
+          WHERE rn > $1 LIMIT $2)`,
+    ),
+    // $1 batch. A key row untouched for an hour with no job holding it; re-created on next use.
+    pruneIdleOrderingKeys: q(
+      'prune_ordering_keys',
+      `DELETE FROM ${s}.ordering_keys AS k WHERE (k.queue, k.key) IN (
+         SELECT o.queue, o.key FROM ${s}.ordering_keys AS o
+          WHERE o.touched_at < now() - interval '1 hour'
+            AND NOT EXISTS (SELECT 1 FROM ${s}.jobs AS j
+                             WHERE j.queue = o.queue AND j.ordering_key = o.key AND j.state NOT IN ('completed', 'cancelled'))
+          LIMIT $1)
+         AND k.touched_at < now() - interval '1 hour'`,
+    ),
+  };
+}

@@ -1,0 +1,102 @@
+import { toMilliseconds, type Duration } from './duration.ts';
+import { ValidationError } from './errors.ts';
+import type { RetentionQueries } from './jobs/retention-queries.ts';
+import type { Driver } from './storage/driver.ts';
+import type { JobDefinition } from './define.ts';
+
+/** How long finished jobs are kept. */
+export interface RetentionOptions {
+  /** Completed and cancelled jobs: by age (default `'7d'`) and/or newest `count` per queue. */
+  completed?: { age?: Duration; count?: number };
+  /** Dead jobs (the dead-letter queue): by age. Default `'14d'`. */
+  dead?: { age?: Duration };
+  /** Rows deleted per statement. Default 1000. */
+  batchSize?: number;
+  /** How often workers prune. Default `'1m'`. */
+  interval?: Duration;
+}
+
+/** Retention with defaults filled in, in milliseconds. */
+export interface RetentionPolicy {
+  completedAgeMs: number;
+  completedCount: number | null;
+  deadAgeMs: number;
+  batchSize: number;
+  intervalMs: number;
+}
+
+const MAX_BATCHES_PER_PASS = 100;
+
+/** Validates retention options and fills in defaults. */
+export function resolveRetention(options: RetentionOptions | undefined): RetentionPolicy {
+  const count = options?.completed?.count;
+  if (count !== undefined && (!Number.isInteger(count) || count < 0)) {
+    throw new ValidationError(`retention.completed.count must be an integer of 0 or more, got ${String(count)}`, [
+      { path: 'retention.completed.count', message: 'invalid' },
+    ]);
+  }
+  const batchSize = options?.batchSize ?? 1000;
+  if (!Number.isInteger(batchSize) || batchSize < 1 || batchSize > 100_000) {
+    throw new ValidationError(`retention.batchSize must be an integer from 1 to 100000, got ${String(batchSize)}`, [
+      { path: 'retention.batchSize', message: 'invalid' },
+    ]);
+  }
+  return {
+    completedAgeMs: toMilliseconds(options?.completed?.age ?? '7d', 'retention.completed.age'),
+    completedCount: count ?? null,
+    deadAgeMs: toMilliseconds(options?.dead?.age ?? '14d', 'retention.dead.age'),
+    batchSize,
+    intervalMs: Math.max(1000, toMilliseconds(options?.interval ?? '1m', 'retention.interval')),
+  };
+}
+
+/**
+ * The longest a job of this type can stay unfinished because of retries: its
+ * `maxAge`, or else the sum of its largest possible backoff delays.
+ */
+export function retryHorizonMs(def: JobDefinition<unknown, unknown>): number {
+  if (def.retry.maxAgeMs !== null) return def.retry.maxAgeMs;
+  let total = 0;
+  for (let attempt = 1; attempt < def.retry.maxAttempts; attempt++) {
+    total += Math.min(def.retry.maxMs, def.retry.baseMs * Math.pow(def.retry.multiplier, attempt - 1));
+    if (!Number.isFinite(total)) return Number.POSITIVE_INFINITY;
+  }
+  return total;
+}
+
+/**
+ * Refuses a dead-letter retention shorter than a job type's retry horizon: a
+ * dead letter must outlive the window in which its job could still have been
+ * retried, so that the history and keys of what failed are there to be seen.
+ */
+export function checkRetentionAgainst(policy: RetentionPolicy, definitions: Iterable<JobDefinition<unknown, unknown>>): void {
+  for (const def of definitions) {
+    const horizon = retryHorizonMs(def);
+    if (policy.deadAgeMs < horizon) {
+      throw new ValidationError(
+        `retention.dead.age (${policy.deadAgeMs} ms) is shorter than the retry horizon of job ${def.name} (${horizon} ms: ${def.retry.maxAttempts} attempts, backoff up to ${def.retry.maxMs} ms${def.retry.maxAgeMs !== null ? `, maxAge ${def.retry.maxAgeMs} ms` : ''}); keep dead jobs longer or shorten that job's retries`,
+      [{ path: 'retention.dead.age', message: 'shorter than a retry horizon' }],
+      );
+    }
+  }
+}
+
+/** One retention pass, in bounded batches; returns how many jobs it deleted. */
+export async function prune(driver: Driver, queries: RetentionQueries, policy: RetentionPolicy): Promise<number> {
+  let deleted = 0;
+  const drain = async (run: () => Promise<number>) => {
+    for (let i = 0; i < MAX_BATCHES_PER_PASS; i++) {
+      const n = await run();
+      deleted += n;
+      if (n < policy.batchSize) return;
+    }
+  };
+  await drain(async () => (await driver.run(queries.pruneByAge, [['completed', 'cancelled'], policy.completedAgeMs, policy.batchSize])).rowCount);
+  await drain(async () => (await driver.run(queries.pruneByAge, [['dead'], policy.deadAgeMs, policy.batchSize])).rowCount);
+  if (policy.completedCount !== null) {
+    const count = policy.completedCount;
+    await drain(async () => (await driver.run(queries.pruneCompletedByCount, [count, policy.batchSize])).rowCount);
+  }
+  await driver.run(queries.pruneIdleOrderingKeys, [policy.batchSize]);
+  return deleted;
+}

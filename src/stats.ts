@@ -1,0 +1,52 @@
+import type { AdminQueries } from './jobs/admin-queries.ts';
+import type { Driver } from './storage/driver.ts';
+
+/** Health numbers of one queue. */
+export interface QueueStats {
+  /** Due now and waiting for a worker. */
+  available: number;
+  /** Waiting for their run time (delayed or snoozed). */
+  scheduled: number;
+  /** Failed, waiting for their next attempt. */
+  retrying: number;
+  /** Waiting behind an earlier job with the same ordering key. */
+  blocked: number;
+  active: number;
+  dead: number;
+  /** How long the oldest available job has been due, in seconds (0 when none). */
+  oldestAgeSeconds: number;
+  /** Completions per second over the last minute. */
+  completedPerSecond: number;
+  /** Failed attempts per second over the last minute. */
+  failedPerSecond: number;
+}
+
+/** What `mailroom.stats()` returns. */
+export interface MailroomStats {
+  queues: Record<string, QueueStats>;
+}
+
+function empty(): QueueStats {
+  return { available: 0, scheduled: 0, retrying: 0, blocked: 0, active: 0, dead: 0, oldestAgeSeconds: 0, completedPerSecond: 0, failedPerSecond: 0 };
+}
+
+/** Reads the per-queue health numbers from the database (all processes' work counts). */
+export async function readStats(driver: Driver, queries: AdminQueries): Promise<MailroomStats> {
+  const [counts, completed, failed] = await Promise.all([
+    driver.run<Omit<QueueStats, 'oldestAgeSeconds' | 'completedPerSecond' | 'failedPerSecond'> & { queue: string; oldest_age_seconds: number }>(
+      queries.queueCounts,
+      [],
+    ),
+    driver.run<{ queue: string; n: number }>(queries.completedLastMinute, []),
+    driver.run<{ queue: string; n: number }>(queries.failedLastMinute, []),
+  ]);
+  const queues: Record<string, QueueStats> = {};
+  const get = (queue: string) => (queues[queue] ??= empty());
+  for (const row of counts.rows) {
+    const { queue, oldest_age_seconds, ...rest } = row;
+    Object.assign(get(queue), rest, { oldestAgeSeconds: Math.round(oldest_age_seconds * 1000) / 1000 });
+  }
+  for (const row of completed.rows) get(row.queue).completedPerSecond = Math.round((row.n / 60) * 1000) / 1000;
+  for (const row of failed.rows) get(row.queue).failedPerSecond = Math.round((row.n / 60) * 1000) / 1000;
+  return { queues };
+}
