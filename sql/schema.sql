@@ -71,6 +71,16 @@ CREATE TABLE :"schema".ordering_keys (
   touched_at timestamp with time zone DEFAULT now() NOT NULL
 );
 
+CREATE TABLE :"schema".queue_controls (
+  queue text NOT NULL,
+  rate_max integer,
+  rate_per_ms bigint,
+  recent_claims timestamp with time zone[] DEFAULT '{}'::timestamp with time zone[] NOT NULL,
+  concurrency integer,
+  paused_until timestamp with time zone,
+  updated_at timestamp with time zone DEFAULT now() NOT NULL
+);
+
 -- Constraints
 
 ALTER TABLE :"schema".entity_versions ADD CONSTRAINT entity_versions_pkey PRIMARY KEY (entity);
@@ -79,8 +89,12 @@ ALTER TABLE :"schema".job_steps ADD CONSTRAINT job_steps_pkey PRIMARY KEY (job_i
 ALTER TABLE :"schema".jobs ADD CONSTRAINT jobs_pkey PRIMARY KEY (id);
 ALTER TABLE :"schema".migrations ADD CONSTRAINT migrations_pkey PRIMARY KEY (version);
 ALTER TABLE :"schema".ordering_keys ADD CONSTRAINT ordering_keys_pkey PRIMARY KEY (queue, key);
+ALTER TABLE :"schema".queue_controls ADD CONSTRAINT queue_controls_pkey PRIMARY KEY (queue);
 ALTER TABLE :"schema".jobs ADD CONSTRAINT jobs_attempt_check CHECK (((attempt >= 0) AND (max_attempts >= 1)));
 ALTER TABLE :"schema".jobs ADD CONSTRAINT jobs_state_check CHECK ((state = ANY (ARRAY['scheduled'::text, 'available'::text, 'active'::text, 'retrying'::text, 'completed'::text, 'dead'::text, 'cancelled'::text])));
+ALTER TABLE :"schema".queue_controls ADD CONSTRAINT queue_controls_concurrency_check CHECK ((concurrency >= 1));
+ALTER TABLE :"schema".queue_controls ADD CONSTRAINT queue_controls_rate_max_check CHECK ((rate_max >= 1));
+ALTER TABLE :"schema".queue_controls ADD CONSTRAINT queue_controls_rate_per_ms_check CHECK ((rate_per_ms >= 1));
 ALTER TABLE :"schema".job_errors ADD CONSTRAINT job_errors_job_id_fkey FOREIGN KEY (job_id) REFERENCES :"schema".jobs(id) ON DELETE CASCADE;
 ALTER TABLE :"schema".job_steps ADD CONSTRAINT job_steps_job_id_fkey FOREIGN KEY (job_id) REFERENCES :"schema".jobs(id) ON DELETE CASCADE;
 
@@ -99,6 +113,7 @@ CREATE INDEX jobs_ordering_idx ON :"schema".jobs USING btree (queue, ordering_ke
 -- (made by its constraint) CREATE UNIQUE INDEX jobs_pkey ON :"schema".jobs USING btree (id);
 -- (made by its constraint) CREATE UNIQUE INDEX migrations_pkey ON :"schema".migrations USING btree (version);
 -- (made by its constraint) CREATE UNIQUE INDEX ordering_keys_pkey ON :"schema".ordering_keys USING btree (queue, key);
+-- (made by its constraint) CREATE UNIQUE INDEX queue_controls_pkey ON :"schema".queue_controls USING btree (queue);
 
 -- Sequences, views and types
 

@@ -56,3 +56,20 @@ export class RetryableError extends Error {
     this.after = options?.after;
   }
 }
+
+/**
+ * Throw from a handler when a provider says "too many requests" (HTTP 429):
+ * the whole queue backs off for `after` (default 1s) in every process, and
+ * this job runs again after it without spending an attempt.
+ *
+ * @example
+ * if (res.status === 429) throw new RateLimitedError('provider rate limit', { after: `${res.headers.get('retry-after') ?? 1}s` });
+ */
+export class RateLimitedError extends Error {
+  override name = 'RateLimitedError';
+  readonly after: string | number | undefined;
+  constructor(message: string, options?: { after?: string | number; cause?: unknown }) {
+    super(message, options?.cause === undefined ? undefined : { cause: options.cause });
+    this.after = options?.after;
+  }
+}

@@ -15,6 +15,7 @@ import { readStats, type MailroomStats } from './stats.ts';
 import { advanceVersion } from './versions.ts';
 import { checkRetentionAgainst, resolveRetention, type RetentionOptions, type RetentionPolicy } from './retention.ts';
 import { retentionQueries } from './jobs/retention-queries.ts';
+import { controlQueries } from './jobs/control-queries.ts';
 import { findJob, registeredJobs } from './registry.ts';
 import { migrate } from './storage/migrations.ts';
 import { explainDatabaseError } from './storage/explain.ts';
@@ -197,7 +198,7 @@ export class Mailroom {
       }),
     );
     const maintenance = options.maintenance === false ? undefined : this.maintenance;
-    const worker = new Worker(this.driver, this.queries, this.stepQueries, quoteSchema(this.schema), `${this.schema}_wakeup`, options, maintenance);
+    const worker = new Worker(this.driver, this.queries, this.stepQueries, controlQueries(quoteSchema(this.schema)), quoteSchema(this.schema), `${this.schema}_wakeup`, options, maintenance);
     this.workers.add(worker);
     return worker;
   }

@@ -22,17 +22,6 @@ export class UsageError extends Error {
   }
 }
 
-/** A command that ran and failed in a way it already explained; `main` exits with `exitCode`. */
-export class CommandFailed extends Error {
-  override name = 'CommandFailed';
-  constructor(
-    message: string,
-    readonly exitCode = EXIT_FAILURE,
-  ) {
-    super(message);
-  }
-}
-
 /** One option of a command, as parseArgs takes it, plus what `help` says about it. */
 export interface OptionSpec {
   type: 'string' | 'boolean';

@@ -1,7 +1,7 @@
 /**
- * Which database a command uses: `--database URL`, else (for commands that
- * honour it) `DATABASE_URL`, else the embedded PGlite database in `--data-dir`
- * (default `./.mailroom`).
+ * Which database a command uses: `--database URL`; else the embedded PGlite
+ * database in `--data-dir` when given; else (for commands that honour it)
+ * `DATABASE_URL`; else the embedded database in `./.mailroom`.
  */
 import { PGlite } from '@electric-sql/pglite';
 import pg from 'pg';
@@ -25,11 +25,12 @@ export interface OpenDatabase {
  * embedded database unless asked).
  */
 export function resolveTarget(database: string | undefined, dataDir: string | undefined, useEnv: boolean): DatabaseTarget {
-  const url = database ?? (useEnv && process.env.DATABASE_URL ? process.env.DATABASE_URL : undefined);
+  if (database !== undefined && dataDir !== undefined) {
+    throw new UsageError('--database and --data-dir cannot be used together', '--data-dir is for the embedded database; drop one of them');
+  }
+  // An explicit --data-dir asks for the embedded database, whatever DATABASE_URL says.
+  const url = database ?? (useEnv && dataDir === undefined && process.env.DATABASE_URL ? process.env.DATABASE_URL : undefined);
   if (url !== undefined) {
-    if (dataDir !== undefined) {
-      throw new UsageError('--database and --data-dir cannot be used together', '--data-dir is for the embedded database; drop one of them');
-    }
     if (!/^postgres(ql)?:\/\/./.test(url)) {
       const from = database !== undefined ? '--database' : 'DATABASE_URL';
       throw new UsageError(

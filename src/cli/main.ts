@@ -4,7 +4,7 @@
  * per command; usage mistakes exit with 2 and a hint, failures with 1.
  */
 import { readFileSync } from 'node:fs';
-import { closest, CommandFailed, EXIT_FAILURE, EXIT_USAGE, parseCommandArgs, UsageError, type CommandSpec, type Io } from './args.ts';
+import { closest, EXIT_FAILURE, EXIT_USAGE, parseCommandArgs, UsageError, type CommandSpec, type Io } from './args.ts';
 import { demoCommand } from './demo.ts';
 import { commandHelp, overviewHelp } from './help.ts';
 import { migrateCommand } from './migrate.ts';
@@ -43,6 +43,7 @@ function findCommand(name: string): CommandSpec {
  */
 export async function main(argv: string[], io: Io = { out: process.stdout, err: process.stderr }): Promise<number> {
   const json = argv.includes('--json');
+  let prefix = 'mailroom';
   try {
     const [first, ...rest] = argv;
     if (first === undefined) {
@@ -59,6 +60,7 @@ export async function main(argv: string[], io: Io = { out: process.stdout, err: 
       return 0;
     }
     const command = findCommand(first);
+    prefix = `mailroom ${command.name}`;
     const values = parseCommandArgs(command, rest);
     if (values.help) {
       io.out.write(commandHelp(command));
@@ -66,15 +68,15 @@ export async function main(argv: string[], io: Io = { out: process.stdout, err: 
     }
     return await command.run(values, io);
   } catch (error) {
-    return report(error, json, io);
+    return report(error, json, io, prefix);
   }
 }
 
-function report(error: unknown, json: boolean, io: Io): number {
+function report(error: unknown, json: boolean, io: Io, prefix: string): number {
   const usage = error instanceof UsageError;
-  const code = usage ? EXIT_USAGE : error instanceof CommandFailed ? error.exitCode : EXIT_FAILURE;
+  const code = usage ? EXIT_USAGE : EXIT_FAILURE;
   let message = error instanceof Error ? error.message : String(error);
-  if (!usage && !(error instanceof CommandFailed) && !message.startsWith('mailroom')) message = `mailroom: ${message}`;
+  if (!message.startsWith('mailroom')) message = `${prefix}: ${message}`;
   const hint = usage ? error.hint : undefined;
   if (json) {
     io.out.write(`${JSON.stringify({ ok: false, error: { kind: usage ? 'usage' : 'failure', message, ...(hint ? { hint } : {}) } })}\n`);

@@ -10,7 +10,7 @@ import { EXPECTED_OUTCOME, type DemoKind } from './workload.ts';
 
 /** What the demo's run looked like, from the database and the crash driver. */
 export interface Ledger {
-  /** True when nothing was lost, nothing ran after completion and every job ended as planned. */
+  /** True when nothing was lost, nothing ran after completion, no effect happened twice and every job ended as planned. */
   ok: boolean;
   database: { kind: 'embedded' | 'postgres'; location: string };
   schema: string;
@@ -34,6 +34,11 @@ export interface Ledger {
   rescued: number;
   /** Handler runs recorded in demo_runs, and jobs run more than once (at-least-once at work). */
   runs: { total: number; jobsRunMoreThanOnce: number };
+  /**
+   * The handlers' effects (written through ctx.tx, committed with the completion): how many
+   * were applied, jobs that got theirs twice or more (must be 0), and completed jobs without one.
+   */
+  effects: { applied: number; duplicated: number; missing: number };
   /** Committed jobs neither completed nor dead-lettered at the end. Must be 0. */
   lost: number;
   /** Handler runs that started after their job had completed (or under a newer attempt). Must be 0. */
@@ -50,7 +55,18 @@ export interface Ledger {
 /** The ledger's numbers that come from the database. */
 export type LedgerCounts = Pick<
   Ledger,
-  'enqueued' | 'completed' | 'retried' | 'failures' | 'deadLettered' | 'rescued' | 'runs' | 'lost' | 'runAfterCompletion' | 'unexpected' | 'unfinished'
+  | 'enqueued'
+  | 'completed'
+  | 'retried'
+  | 'failures'
+  | 'deadLettered'
+  | 'rescued'
+  | 'runs'
+  | 'effects'
+  | 'lost'
+  | 'runAfterCompletion'
+  | 'unexpected'
+  | 'unfinished'
 >;
 
 function toRecord(rows: { key: string | null; n: number }[]): Record<string, number> {
@@ -62,13 +78,26 @@ function toRecord(rows: { key: string | null; n: number }[]): Record<string, num
 /** Reads the ledger's numbers from the demo's schema. */
 export async function countLedger(query: Query, schema: string): Promise<LedgerCounts> {
   const s = quoteSchema(schema);
-  const [totals] = await query<{ enqueued: number; completed: number; dead: number; missing: number; retried_jobs: number; retries: number }>(
+  const [totals] = await query<{
+    enqueued: number;
+    completed: number;
+    dead: number;
+    missing: number;
+    retried_jobs: number;
+    retries: number;
+    effects: number;
+    duplicated: number;
+    no_effect: number;
+  }>(
     `SELECT count(*)::int AS enqueued,
             count(*) FILTER (WHERE j.state = 'completed')::int AS completed,
             count(*) FILTER (WHERE j.state = 'dead')::int AS dead,
             count(*) FILTER (WHERE j.id IS NULL)::int AS missing,
             count(*) FILTER (WHERE j.attempt > 1)::int AS retried_jobs,
-            COALESCE(sum(GREATEST(j.attempt - 1, 0)), 0)::int AS retries
+            COALESCE(sum(GREATEST(j.attempt - 1, 0)), 0)::int AS retries,
+            COALESCE(sum(d.effects), 0)::int AS effects,
+            count(*) FILTER (WHERE d.effects > 1)::int AS duplicated,
+            count(*) FILTER (WHERE j.state = 'completed' AND d.effects = 0)::int AS no_effect
        FROM ${s}.demo_jobs d LEFT JOIN ${s}.jobs j ON j.id = d.job_id`,
   );
   const unfinishedRows = await query<{ key: string; n: number }>(
@@ -109,6 +138,7 @@ export async function countLedger(query: Query, schema: string): Promise<LedgerC
     deadLettered: { total: t.dead, byCategory: toRecord(deadRows) },
     rescued: failures['lease-expired'] ?? 0,
     runs: { total: runs!.total, jobsRunMoreThanOnce: runs!.repeated },
+    effects: { applied: t.effects, duplicated: t.duplicated, missing: t.no_effect },
     lost: t.missing + Object.values(unfinished).reduce((a, b) => a + b, 0),
     runAfterCompletion: runs!.after_completion,
     unexpected,

@@ -7,6 +7,8 @@
 export interface ProgressStream {
   write(text: string): unknown;
   isTTY?: boolean;
+  /** Terminal width; a redrawn line is cut to fit, or it would wrap and leave copies behind. */
+  columns?: number;
 }
 
 /** A progress line that is redrawn on a TTY and printed periodically elsewhere. */
@@ -27,9 +29,9 @@ export class Progress {
   /** Shows the newest state (on a TTY at once; elsewhere at most every `periodMs`). */
   update(line: string): void {
     if (!this.enabled) return;
-    this.current = line;
+    this.current = this.stream.columns && line.length >= this.stream.columns ? `${line.slice(0, this.stream.columns - 2)}…` : line;
     if (this.tty) {
-      this.stream.write(`\r\x1b[2K${line}`);
+      this.stream.write(`\r\x1b[2K${this.current}`);
     } else if (Date.now() - this.lastPrinted >= this.periodMs) {
       this.lastPrinted = Date.now();
       this.stream.write(`${line}\n`);
@@ -50,4 +52,18 @@ export class Progress {
     else this.stream.write(`${line}\n`);
     this.current = '';
   }
+}
+
+/**
+ * Logs an error message the 1st, 10th, 100th... time it is seen, so a
+ * database outage does not flood the output.
+ */
+export function errorLogger(log: (line: string) => void): (error: unknown) => void {
+  const seen = new Map<string, number>();
+  return (error) => {
+    const message = error instanceof Error ? error.message : String(error);
+    const count = (seen.get(message) ?? 0) + 1;
+    seen.set(message, count);
+    if (Number.isInteger(Math.log10(count))) log(`${message}${count > 1 ? ` (${count} times)` : ''}`);
+  };
 }

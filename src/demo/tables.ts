@@ -1,7 +1,8 @@
 /**
  * The demo's own tables, in the demo's schema beside mailroom's: which jobs it
- * enqueued (written in the same transaction as the jobs) and every run a
- * handler started. The ledger is computed from these and mailroom's tables.
+ * enqueued (written in the same transaction as the jobs, and counting the
+ * handler's effect, written through ctx.tx) and every run a handler started.
+ * The ledger is computed from these and mailroom's tables.
  */
 import { randomBytes } from 'node:crypto';
 import { quoteSchema } from '../identifiers.ts';
@@ -20,7 +21,11 @@ export function demoSchemaName(now: Date = new Date()): string {
 /** Creates `demo_jobs` and `demo_runs` in the (already migrated) schema. */
 export async function createDemoTables(query: Query, schema: string): Promise<void> {
   const s = quoteSchema(schema);
-  await query(`CREATE TABLE ${s}.demo_jobs (job_id uuid PRIMARY KEY, kind text NOT NULL, enqueued_at timestamptz NOT NULL DEFAULT now())`);
+  // effects: the handler's business write, made through ctx.tx so it commits with the job's completion.
+  await query(
+    `CREATE TABLE ${s}.demo_jobs (job_id uuid PRIMARY KEY, kind text NOT NULL, effects integer NOT NULL DEFAULT 0,
+       enqueued_at timestamptz NOT NULL DEFAULT now())`,
+  );
   await query(
     `CREATE TABLE ${s}.demo_runs (job_id uuid NOT NULL, attempt integer NOT NULL, worker_id text NOT NULL,
        started_at timestamptz NOT NULL DEFAULT clock_timestamp())`,
@@ -43,4 +48,9 @@ export function runRecorder(query: Query, schema: string): RecordRun {
   return async (job: Job, ctx: JobContext) => {
     await query(sql, [job.id, job.attempt, ctx.workerId]);
   };
+}
+
+/** The SQL of a handler's effect: one more on its demo_jobs row (run through ctx.tx, so at most once per job). */
+export function effectSql(schema: string): string {
+  return `UPDATE ${quoteSchema(schema)}.demo_jobs SET effects = effects + 1 WHERE job_id = $1`;
 }

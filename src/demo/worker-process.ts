@@ -5,7 +5,8 @@
  */
 import pg from 'pg';
 import { createMailroom } from '../mailroom.ts';
-import { runRecorder } from './tables.ts';
+import { errorLogger } from './progress.ts';
+import { effectSql, runRecorder } from './tables.ts';
 import { DEMO_QUEUE, demoHandlers } from './workload.ts';
 
 /** What the demo passes to a worker process (as JSON in MAILROOM_DEMO_WORKER). */
@@ -21,10 +22,12 @@ export interface WorkerProcessConfig {
 
 /** Messages between the demo and a worker process. */
 export type ToWorker = { type: 'stop' };
-export type FromWorker = { type: 'ready' } | { type: 'stopped' };
+export type FromWorker = { type: 'ready' };
 
 async function runWorkerProcess(config: WorkerProcessConfig): Promise<void> {
-  const pool = new pg.Pool({ connectionString: config.url, max: config.concurrency + 4 });
+  // A few connections serve claims, heartbeats, completions and the handlers' run records and ctx.tx
+  // (a short wait for one is harmless); several processes must fit within the server's max_connections.
+  const pool = new pg.Pool({ connectionString: config.url, max: Math.max(4, Math.min(config.concurrency + 2, 8)) });
   pool.on('error', () => {});
   const query = async <R,>(sql: string, params?: unknown[]) => (await pool.query(sql, params)).rows as R[];
   const mailroom = await createMailroom({ database: pool, schema: config.schema, rescueInterval: config.rescueMs });
@@ -34,21 +37,28 @@ async function runWorkerProcess(config: WorkerProcessConfig): Promise<void> {
     concurrency: config.concurrency,
     lease: config.leaseMs,
     pollInterval: config.pollMs,
-    handlers: demoHandlers(runRecorder(query, config.schema)),
+    handlers: demoHandlers(runRecorder(query, config.schema), effectSql(config.schema)),
   });
-  worker.on('error', (error) => console.error(`[demo worker ${config.id}]`, error instanceof Error ? error.message : error));
+  worker.on('error', errorLogger((line) => console.error(`[demo worker ${config.id}] ${line}`)));
   await worker.start();
   process.on('message', (message: ToWorker) => {
     if (message?.type !== 'stop') return;
     void (async () => {
-      await mailroom.close({ timeout: '5s' });
-      await pool.end();
-      process.send?.({ type: 'stopped' } satisfies FromWorker);
-      process.disconnect?.();
+      try {
+        await mailroom.close({ timeout: '5s' });
+        await pool.end();
+      } catch (error) {
+        console.error(`[demo worker ${config.id}] could not stop cleanly:`, error instanceof Error ? error.message : error);
+        process.exitCode = 1;
+      } finally {
+        process.disconnect?.();
+      }
     })();
   });
-  // The demo went away (crashed or interrupted): do not linger.
-  process.on('disconnect', () => process.exit(0));
+  // The demo went away (crashed or killed): do not linger. Ctrl-C reaches the whole process group;
+  // the demo answers it by stopping its workers gracefully, so this process waits for that.
+  process.on('disconnect', () => process.exit());
+  process.on('SIGINT', () => {});
   process.send?.({ type: 'ready' } satisfies FromWorker);
 }
 

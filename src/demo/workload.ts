@@ -69,7 +69,7 @@ export function workloadOrder(plan: Record<DemoKind, number>): DemoKind[] {
   spread('permanent', plan.permanent, 0.7);
   spread('exhausted', plan.exhausted, 0.9);
   spread('flaky', plan.flaky, 0.3);
-  return order.map((kind) => kind ?? 'ok');
+  return Array.from(order, (kind) => kind ?? 'ok');
 }
 
 /** Records that a handler started running a job (the demo keeps a table of runs). */
@@ -100,9 +100,15 @@ function transient(attempt: number): Error {
 /**
  * The handlers of the demo's job types (none for `demo.legacy-export`). Each
  * records its run first, then "works" for a few milliseconds, so a crash
- * finds jobs in flight.
+ * finds jobs in flight. A job that succeeds makes its effect last, through
+ * `ctx.tx` (`effectSql`, with the job id as $1): it commits with the
+ * completion, so it happens once however often the job runs.
  */
-export function demoHandlers(recordRun: RecordRun, workMs: { min: number; max: number } = { min: 2, max: 12 }): Record<string, JobHandler<never>> {
+export function demoHandlers(
+  recordRun: RecordRun,
+  effectSql: string,
+  workMs: { min: number; max: number } = { min: 2, max: 12 },
+): Record<string, JobHandler<never>> {
   const begin = async (job: Job, ctx: JobContext) => {
     if (ctx.signal.aborted) throw ctx.signal.reason;
     await recordRun(job, ctx);
@@ -111,10 +117,12 @@ export function demoHandlers(recordRun: RecordRun, workMs: { min: number; max: n
   const handlers: Record<string, JobHandler<never>> = {
     [demoJobs.ok.name]: (async (job: Job<{ order: number }>, ctx: JobContext) => {
       await begin(job, ctx);
+      await ctx.tx.query(effectSql, [job.id]);
     }) as JobHandler<never>,
     [demoJobs.flaky.name]: (async (job: Job<{ order: number; failures: number }>, ctx: JobContext) => {
       await begin(job, ctx);
       if (job.attempt <= job.data.failures) throw transient(job.attempt);
+      await ctx.tx.query(effectSql, [job.id]);
     }) as JobHandler<never>,
     [demoJobs.permanent.name]: (async (job: Job<{ order: number }>, ctx: JobContext) => {
       await begin(job, ctx);

@@ -39,6 +39,13 @@ export class PgDriver implements Driver {
   async transaction<T>(fn: (tx: Transaction) => Promise<T>): Promise<T> {
     const client = await this.pool.connect();
     let broken = false;
+    // A checked-out client has no 'error' listener (the pool removes its own): if the server ends the
+    // session mid-transaction (restart, terminated backend, idle_in_transaction_session_timeout), the
+    // unhandled 'error' event would crash the process. The failure surfaces on the next query instead.
+    const onError = () => {
+      broken = true;
+    };
+    client.on('error', onError);
     try {
       await client.query('BEGIN');
       const tx: Transaction = {
@@ -61,6 +68,7 @@ export class PgDriver implements Driver {
       }
       throw err;
     } finally {
+      client.off('error', onError);
       client.release(broken);
     }
   }

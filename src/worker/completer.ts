@@ -46,7 +46,8 @@ export class Completer {
     try {
       await new Promise<void>((resolve) => setImmediate(resolve));
       while (this.pending.length > 0) {
-        const batch = this.pending.splice(0, this.maxBatch);
+        // Sorted by id: the heartbeat locks its rows in the same order, so the two cannot deadlock.
+        const batch = this.pending.splice(0, this.maxBatch).sort((a, b) => (a.id < b.id ? -1 : a.id > b.id ? 1 : 0));
         try {
           const { rows } = await this.driver.run<{ id: string }>(this.queries.complete, [batch.map((p) => p.id), batch.map((p) => p.claim)]);
           const recorded = new Set(rows.map((r) => r.id));

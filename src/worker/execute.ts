@@ -2,6 +2,8 @@ import { findJob } from '../registry.ts';
 import { backoffDelay, resolveRetryPolicy, type RetryPolicy } from '../retry/backoff.ts';
 import { defaultClassifier, JobTimeoutError, UnknownJobTypeError, type ErrorCategory, type ErrorClassifier } from '../retry/classify.ts';
 import { isSnooze } from '../snooze.ts';
+import { RateLimitedError } from '../errors.ts';
+import { toMilliseconds } from '../duration.ts';
 import type { JobQueries } from '../jobs/queries.ts';
 import type { StepQueries } from '../jobs/step-queries.ts';
 import type { Driver } from '../storage/driver.ts';
@@ -30,6 +32,7 @@ export interface Execution {
 export type Outcome =
   | { kind: 'completed' }
   | { kind: 'snoozed'; delayMs: number }
+  | { kind: 'rate-limited'; delayMs: number; message: string }
   | { kind: 'failed'; retry: boolean; delayMs: number; deadReason: string; category: ErrorCategory; message: string; stack: string | null }
   | { kind: 'abandoned' };
 
@@ -134,6 +137,9 @@ async function runHandler(row: ClaimedRow, handler: JobHandler | undefined, cont
     return { kind: 'completed' };
   } catch (error) {
     if (controller.signal.aborted && !(controller.signal.reason instanceof JobTimeoutError)) return { kind: 'abandoned' };
+    if (error instanceof RateLimitedError) {
+      return { kind: 'rate-limited', delayMs: toMilliseconds(error.after ?? '1s', 'RateLimitedError.after'), message: error.message };
+    }
     return decideFailure(row, controller.signal.reason instanceof JobTimeoutError ? controller.signal.reason : error);
   } finally {
     if (timer) clearTimeout(timer);

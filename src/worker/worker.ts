@@ -12,6 +12,8 @@ import { completeInTransaction, HandlerTransaction, rescheduleInTransaction } fr
 import type { StepQueries } from '../jobs/step-queries.ts';
 import type { Maintenance } from './maintenance.ts';
 import type { ClaimedRow, JobHandler } from './types.ts';
+import type { ControlQueries } from '../jobs/control-queries.ts';
+import { QueueControls, resolveGlobalConcurrency, resolveRateLimit, type RateLimit } from './queue-controls.ts';
 
 /** Options of `mailroom.worker()`. */
 export interface WorkerOptions {
@@ -29,6 +31,10 @@ export interface WorkerOptions {
   maintenance?: boolean;
   /** Identifies the worker in `locked_by`. Default host:pid:random. */
   id?: string;
+  /** At most `max` jobs of each of these queues start in any window of `per`, across all processes. */
+  rateLimit?: RateLimit;
+  /** At most this many jobs of each of these queues are active at once, across all processes. */
+  globalConcurrency?: number;
 }
 
 /** Events a worker emits; handy for logs, metrics and tests. */
@@ -38,6 +44,8 @@ export interface WorkerEvents {
   snoozed: [job: { id: string; type: string }, delayMs: number];
   /** A result was refused because the job's lease was lost (it was rescued and maybe claimed again). */
   stale: [job: { id: string; type: string; attempt: number }];
+  /** A handler threw RateLimitedError: the queue backs off; the job runs again without spending an attempt. */
+  'rate-limited': [job: { id: string; type: string }, delayMs: number];
   /** A job handed back on a graceful stop that ran out of time. */
   released: [job: { id: string; type: string }];
   /** Infrastructure trouble (database unreachable...). The worker keeps going. */
@@ -77,6 +85,9 @@ export class Worker extends EventEmitter<WorkerEvents> {
   private wake: (() => void) | undefined;
   private woken = false;
   private nextQueue = 0;
+  private readonly controls: QueueControls;
+  private readonly rateLimit: { max: number; perMs: number } | null;
+  private readonly globalConcurrency: number | null;
   private abandoned = false;
   private heartbeatTimer: NodeJS.Timeout | undefined;
   private unlisten: (() => Promise<void>) | undefined;
@@ -86,6 +97,7 @@ export class Worker extends EventEmitter<WorkerEvents> {
     private readonly driver: Driver,
     private readonly queries: JobQueries,
     private readonly stepQueries: StepQueries,
+    controlQueries: ControlQueries,
     private readonly quotedSchema: string,
     private readonly channel: string,
     private readonly options: WorkerOptions,
@@ -104,6 +116,9 @@ export class Worker extends EventEmitter<WorkerEvents> {
     if (this.leaseMs < 100) throw invalid('lease', `worker: lease must be at least 100ms, got ${this.leaseMs} ms`);
     this.pollMs = toMilliseconds(options.pollInterval ?? '1s', 'worker pollInterval');
     this.id = options.id ?? `${hostname()}:${process.pid}:${newId().slice(-8)}`;
+    this.rateLimit = options.rateLimit === undefined ? null : resolveRateLimit(options.rateLimit);
+    this.globalConcurrency = options.globalConcurrency === undefined ? null : resolveGlobalConcurrency(options.globalConcurrency);
+    this.controls = new QueueControls(driver, queries, controlQueries, this.queues);
     this.completer = new Completer(driver, queries);
   }
 
@@ -122,6 +137,7 @@ export class Worker extends EventEmitter<WorkerEvents> {
   async start(): Promise<void> {
     if (this.state !== 'idle') throw new Error(`worker ${this.id} was already started`);
     this.state = 'running';
+    if (this.rateLimit || this.globalConcurrency) await this.controls.configure(this.rateLimit, this.globalConcurrency);
     try {
       this.unlisten = await this.driver.listen(this.channel, (queue) => {
         if (this.queues.includes(queue)) this.poke();
@@ -258,8 +274,7 @@ export class Worker extends EventEmitter<WorkerEvents> {
     const start = this.nextQueue++ % this.queues.length;
     for (let i = 0; i < this.queues.length && claimed.length < limit; i++) {
       const queue = this.queues[(start + i) % this.queues.length]!;
-      const { rows } = await this.driver.run<ClaimedRow>(this.queries.claim, [queue, limit - claimed.length, this.leaseMs, this.id]);
-      claimed.push(...rows);
+      claimed.push(...(await this.controls.claim(queue, limit - claimed.length, this.leaseMs, this.id)));
     }
     return claimed;
   }
@@ -276,7 +291,9 @@ export class Worker extends EventEmitter<WorkerEvents> {
       quotedSchema: this.quotedSchema,
     };
     void execute(row, this.options.handlers[row.type] as JobHandler | undefined, entry.controller, deps)
-      .then(({ outcome, tx }) => {
+      .then(async ({ outcome, tx }) => {
+        // Back the queue off before this slot can claim again.
+        if (outcome.kind === 'rate-limited' && !entry.settled) await this.withRetries(() => this.controls.pause(row.queue, outcome.delayMs));
         // The slot is free as soon as the handler is done; the outcome is written in the background.
         if (this.running.get(row.id) === entry) this.running.delete(row.id);
         this.finishing.set(row.id, entry);
@@ -325,10 +342,11 @@ export class Worker extends EventEmitter<WorkerEvents> {
       this.emit(recorded ? 'completed' : 'stale', job);
       return;
     }
-    if (outcome.kind === 'snoozed') {
+    if (outcome.kind === 'snoozed' || outcome.kind === 'rate-limited') {
       const { rowCount } = await this.withRetries(() => this.driver.run(this.queries.reschedule, [row.id, row.claim_count, outcome.delayMs]));
-      if (rowCount > 0) this.emit('snoozed', job, outcome.delayMs);
-      else this.emit('stale', job);
+      if (rowCount === 0) this.emit('stale', job);
+      else if (outcome.kind === 'snoozed') this.emit('snoozed', job, outcome.delayMs);
+      else this.emit('rate-limited', job, outcome.delayMs);
       return;
     }
     const { rows } = await this.withRetries(() =>

@@ -1,0 +1,74 @@
+import type { NamedQuery } from '../storage/driver.ts';
+
+/** Statements of shared queue limits (rate limit, global concurrency, back-off), for one quoted schema. */
+export interface ControlQueries {
+  configure: NamedQuery;
+  controlledAmong: NamedQuery;
+  claimControlled: NamedQuery;
+  pause: NamedQuery;
+  lock: NamedQuery;
+}
+
+const WAITING = `('available', 'scheduled', 'retrying')`;
+
+/** Builds the queue-control statements for a quoted schema name. */
+export function controlQueries(quotedSchema: string): ControlQueries {
+  const s = quotedSchema;
+  const tag = quotedSchema.slice(1, -1);
+  const q = (name: string, text: string): NamedQuery => ({ name: `mailroom_${name}_${tag}`, text });
+  return {
+    // $1 queue, $2 rate max (null: none), $3 rate window ms, $4 concurrency (null: none)
+    configure: q(
+      'configure_queue',
+      `INSERT INTO ${s}.queue_controls (queue, rate_max, rate_per_ms, concurrency) VALUES ($1, $2, $3, $4)
+       ON CONFLICT (queue) DO UPDATE
+         SET rate_max = EXCLUDED.rate_max, rate_per_ms = EXCLUDED.rate_per_ms, concurrency = EXCLUDED.concurrency, updated_at = now()`,
+    ),
+    controlledAmong: q('controlled_queues', `SELECT queue FROM ${s}.queue_controls WHERE queue = ANY($1::text[])`),
+    // $1 queue, $2 batch size, $3 lease ms, $4 worker id. Claims of a controlled queue take its control
+    // row's lock, so every process sees the same window and the same count of active jobs.
+    claimControlled: q(
+      'claim_controlled',
+      `WITH ctl AS (
+         SELECT rate_max, rate_per_ms, concurrency, paused_until,
+                ARRAY(SELECT t FROM unnest(recent_claims) AS t WHERE t > now() - rate_per_ms * interval '1 millisecond' ORDER BY t) AS window_claims
+           FROM ${s}.queue_controls WHERE queue = $1 FOR UPDATE),
+       allowance AS (
+         SELECT CASE WHEN paused_until > now() THEN 0
+                     ELSE greatest(0, least(
+                       $2::int,
+                       COALESCE(rate_max - cardinality(window_claims), $2::int),
+                       COALESCE(concurrency - (SELECT count(*) FROM ${s}.jobs WHERE queue = $1 AND state = 'active')::int, $2::int)))
+                END AS n
+           FROM ctl),
+       next AS (
+         SELECT id FROM ${s}.jobs
+          WHERE state IN ${WAITING} AND NOT blocked AND queue = $1 AND run_at <= now()
+          ORDER BY priority DESC, run_at, id
+          LIMIT COALESCE((SELECT n FROM allowance), $2::int)
+          FOR UPDATE SKIP LOCKED),
+       claimed AS (
+         UPDATE ${s}.jobs AS j
+            SET state = 'active', attempt = j.attempt + 1, claim_count = j.claim_count + 1,
+                locked_until = now() + $3::bigint * interval '1 millisecond', locked_by = $4, started_at = now()
+           FROM next WHERE j.id = next.id
+         RETURNING j.id, j.queue, j.type, j.payload, j.attempt, j.max_attempts, j.claim_count, j.priority,
+                   j.correlation_id, j.created_at, j.expires_at),
+       recorded AS (
+         UPDATE ${s}.queue_controls
+            SET recent_claims = (SELECT window_claims FROM ctl) || ARRAY(SELECT now() FROM claimed)
+          WHERE queue = $1 AND rate_max IS NOT NULL AND EXISTS (SELECT 1 FROM claimed))
+       SELECT * FROM claimed`,
+    ),
+    // $1 queue. Taken first, in its own statement, so that the claim statement after it (a new
+    // snapshot) sees every claim committed by the previous holder of the lock.
+    lock: q('lock_queue', `SELECT 1 FROM ${s}.queue_controls WHERE queue = $1 FOR UPDATE`),
+    // $1 queue, $2 back-off ms: no claims from the queue until then.
+    pause: q(
+      'pause_queue',
+      `INSERT INTO ${s}.queue_controls (queue, paused_until) VALUES ($1, now() + $2::bigint * interval '1 millisecond')
+       ON CONFLICT (queue) DO UPDATE
+         SET paused_until = greatest(COALESCE(${s}.queue_controls.paused_until, now()), EXCLUDED.paused_until), updated_at = now()`,
+    ),
+  };
+}

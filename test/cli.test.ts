@@ -1,0 +1,175 @@
+/**
+ * The `mailroom` command line, run as a real child process: help, usage
+ * errors, migrate on the embedded database, and the demo (embedded always;
+ * on PostgreSQL with SIGKILLed worker processes when TEST_DATABASE_URL is set),
+ * checked against the ledger it prints as JSON.
+ */
+import assert from 'node:assert/strict';
+import { spawn } from 'node:child_process';
+import { existsSync, mkdtempSync, rmSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { after, before, describe, test } from 'node:test';
+import { fileURLToPath } from 'node:url';
+import pg from 'pg';
+
+const MAIN = fileURLToPath(new URL('../src/cli/main.ts', import.meta.url));
+const TSX = import.meta.resolve('tsx');
+const databaseUrl = process.env.TEST_DATABASE_URL;
+
+interface Run {
+  code: number | null;
+  stdout: string;
+  stderr: string;
+}
+
+/** Runs `mailroom ...args` from source in a child process; fails the test with its output if it outlives `timeoutMs`. */
+function mailroom(args: string[], options: { cwd?: string; timeoutMs?: number } = {}): Promise<Run> {
+  const env = { ...process.env };
+  delete env.DATABASE_URL; // the embedded default must not turn into someone's server
+  return new Promise((resolve, reject) => {
+    const child = spawn(process.execPath, ['--import', TSX, MAIN, ...args], { cwd: options.cwd ?? process.cwd(), env, stdio: ['ignore', 'pipe', 'pipe'] });
+    let stdout = '';
+    let stderr = '';
+    child.stdout.on('data', (chunk: Buffer) => (stdout += chunk.toString()));
+    child.stderr.on('data', (chunk: Buffer) => (stderr += chunk.toString()));
+    const timer = setTimeout(() => {
+      child.kill('SIGKILL');
+      reject(new Error(`mailroom ${args.join(' ')} did not finish within ${options.timeoutMs} ms\nstdout:\n${stdout}\nstderr:\n${stderr}`));
+    }, options.timeoutMs ?? 30_000);
+    child.on('error', reject);
+    child.on('close', (code) => {
+      clearTimeout(timer);
+      resolve({ code, stdout, stderr });
+    });
+  });
+}
+
+function parseJson<T>(run: Run, what: string): T {
+  try {
+    return JSON.parse(run.stdout) as T;
+  } catch {
+    throw new Error(`${what}: stdout is not JSON (exit ${run.code})\nstdout:\n${run.stdout}\nstderr:\n${run.stderr}`);
+  }
+}
+
+/** The parts of the demo's ledger these tests check. */
+interface Ledger {
+  ok: boolean;
+  schema: string;
+  enqueued: number;
+  completed: number;
+  retried: { jobs: number; retries: number };
+  deadLettered: { total: number; byCategory: Record<string, number> };
+  expected: { completed: number; deadLettered: Record<string, number> };
+  crashes: { kind: string; count: number; workers: { worker: string; inFlight: number }[] };
+  rescued: number;
+  runs: { total: number; jobsRunMoreThanOnce: number };
+  effects: { applied: number; duplicated: number; missing: number };
+  lost: number;
+  runAfterCompletion: number;
+  unexpected: number;
+}
+
+/** What every demo run of 300 jobs must show, whatever the database and the kind of crash. */
+function assertDemoLedger(run: Run, crashKind: 'abandon' | 'sigkill'): Ledger {
+  const ledger = parseJson<Ledger>(run, 'demo --json');
+  const context = `\nledger: ${run.stdout}\nstderr: ${run.stderr}`;
+  assert.equal(run.code, 0, `demo exited with ${run.code}${context}`);
+  assert.equal(ledger.ok, true, `ledger not ok${context}`);
+  assert.equal(ledger.enqueued, 300, context);
+  assert.equal(ledger.lost, 0, context);
+  assert.equal(ledger.runAfterCompletion, 0, context);
+  assert.equal(ledger.unexpected, 0, context);
+  // 300 = 1 unknown type + 3 permanent + 3 exhausting maxAttempts + 30 flaky + 263 that just work.
+  assert.deepEqual(ledger.deadLettered.byCategory, { permanent: 3, 'max-attempts': 3, 'unknown-type': 1 }, context);
+  assert.deepEqual(ledger.expected.deadLettered, { permanent: 3, 'max-attempts': 3, 'unknown-type': 1 }, context);
+  assert.equal(ledger.deadLettered.total, 7, context);
+  assert.equal(ledger.completed, 293, context);
+  // Effects go through ctx.tx: exactly one per completed job, however often it ran.
+  assert.deepEqual(ledger.effects, { applied: 293, duplicated: 0, missing: 0 }, context);
+  // 30 flaky jobs fail twice each and 3 jobs exhaust 3 attempts: at least 66 retries, all recorded as runs.
+  assert.ok(ledger.retried.retries >= 66, `expected at least 66 retries${context}`);
+  assert.ok(ledger.runs.total >= 299 + 66, `expected every run recorded${context}`);
+  assert.equal(ledger.crashes.kind, crashKind, context);
+  assert.ok(ledger.crashes.count >= 1, `expected at least one crash${context}`);
+  const inFlight = ledger.crashes.workers.reduce((sum, c) => sum + c.inFlight, 0);
+  assert.ok(inFlight >= 1, `expected the crashed workers to hold jobs${context}`);
+  assert.ok(ledger.rescued >= 1, `expected jobs rescued after lease expiry${context}`);
+  return ledger;
+}
+
+describe('mailroom command line', () => {
+  let dir: string;
+  before(() => {
+    dir = mkdtempSync(join(tmpdir(), 'mailroom-cli-'));
+  });
+  after(() => rmSync(dir, { recursive: true, force: true }));
+
+  test('help lists the commands and exits 0', async () => {
+    const [help, flag, command] = await Promise.all([mailroom(['help']), mailroom(['--help']), mailroom(['help', 'demo'])]);
+    assert.equal(help.code, 0, help.stderr);
+    assert.match(help.stdout, /migrate/);
+    assert.match(help.stdout, /demo/);
+    assert.equal(flag.code, 0, flag.stderr);
+    assert.equal(flag.stdout, help.stdout);
+    assert.equal(command.code, 0, command.stderr);
+    assert.match(command.stdout, /--jobs N/);
+  });
+
+  test('usage mistakes exit 2 and name the culprit', async () => {
+    const [command, typo, option, value, json] = await Promise.all([
+      mailroom(['frobnicate']),
+      mailroom(['migrat']),
+      mailroom(['migrate', '--frob']),
+      mailroom(['demo', '--jobs', 'many']),
+      mailroom(['frobnicate', '--json']),
+    ]);
+    assert.equal(command.code, 2);
+    assert.match(command.stderr, /unknown command "frobnicate"/);
+    assert.match(command.stderr, /mailroom help/);
+    assert.equal(typo.code, 2);
+    assert.match(typo.stderr, /did you mean `mailroom migrate`/);
+    assert.equal(option.code, 2);
+    assert.match(option.stderr, /unknown option --frob/);
+    assert.equal(value.code, 2);
+    assert.match(value.stderr, /--jobs: expected a whole number/);
+    assert.equal(json.code, 2);
+    assert.equal(parseJson<{ ok: boolean; error: { kind: string } }>(json, '--json error').error.kind, 'usage');
+  });
+
+  test('migrate creates the tables in the embedded database (./.mailroom), then has nothing to do', async () => {
+    const first = await mailroom(['migrate', '--schema', 'cli_test', '--json'], { cwd: dir, timeoutMs: 60_000 });
+    assert.equal(first.code, 0, first.stderr);
+    const applied = parseJson<{ applied: string[]; schema: string; database: string }>(first, 'migrate --json');
+    assert.equal(applied.database, 'embedded');
+    assert.equal(applied.schema, 'cli_test');
+    assert.ok(applied.applied.includes('0001_jobs'), first.stdout);
+    assert.ok(existsSync(join(dir, '.mailroom')), 'the embedded database lives in ./.mailroom');
+    const again = await mailroom(['migrate', '--schema', 'cli_test'], { cwd: dir, timeoutMs: 60_000 });
+    assert.equal(again.code, 0, again.stderr);
+    assert.match(again.stdout, /up to date/);
+  });
+
+  test('demo on the embedded database: in-process crashes, nothing lost, nothing run after completion', async () => {
+    const run = await mailroom(['demo', '--jobs', '300', '--json'], { cwd: dir, timeoutMs: 90_000 });
+    assertDemoLedger(run, 'abandon');
+  });
+
+  test('migrate and demo on PostgreSQL: SIGKILLed worker processes, nothing lost', { skip: databaseUrl ? false : 'TEST_DATABASE_URL is not set' }, async () => {
+    const pool = new pg.Pool({ connectionString: databaseUrl, max: 1 });
+    const schema = `cli_migrate_${process.pid}`;
+    try {
+      const migrated = await mailroom(['migrate', '--database', databaseUrl!, '--schema', schema, '--json']);
+      assert.equal(migrated.code, 0, migrated.stderr);
+      assert.ok(parseJson<{ applied: string[] }>(migrated, 'migrate --json').applied.includes('0001_jobs'));
+      const run = await mailroom(['demo', '--database', databaseUrl!, '--jobs', '300', '--json', '--drop'], { timeoutMs: 90_000 });
+      const ledger = assertDemoLedger(run, 'sigkill');
+      const { rows } = await pool.query('SELECT 1 FROM information_schema.schemata WHERE schema_name = $1', [ledger.schema]);
+      assert.equal(rows.length, 0, '--drop removes the demo schema');
+    } finally {
+      await pool.query(`DROP SCHEMA IF EXISTS "${schema}" CASCADE`).catch(() => {});
+      await pool.end();
+    }
+  });
+});

@@ -1,0 +1,113 @@
+/**
+ * Shared limits: a rate limit and a global concurrency cap enforced across
+ * workers with their own connections, and RateLimitedError backing a queue off.
+ */
+import { describe, it } from 'node:test';
+import assert from 'node:assert/strict';
+import { createMailroom, defineJob, RateLimitedError, ValidationError, type Job, type Mailroom } from '../src/index.ts';
+import { databaseUrl, testDatabases } from './helpers/databases.ts';
+import { waitForEvents } from './helpers/events.ts';
+
+/** On PostgreSQL each worker gets its own mailroom (own pool), as separate processes would. */
+async function peers(db: ReturnType<typeof testDatabases>[number], main: Mailroom, schema: string, n: number): Promise<Mailroom[]> {
+  if (db.name !== 'postgres') return Array.from({ length: n }, () => main);
+  return Promise.all(Array.from({ length: n }, () => createMailroom({ database: databaseUrl!, schema, poolSize: 3 })));
+}
+
+function maxInWindow(times: number[], windowMs: number): number {
+  const sorted = [...times].sort((a, b) => a - b);
+  let best = 0;
+  for (let i = 0, j = 0; i < sorted.length; i++) {
+    while (sorted[i]! - sorted[j]! >= windowMs) j++;
+    best = Math.max(best, i - j + 1);
+  }
+  return best;
+}
+
+for (const db of testDatabases()) {
+  describe(`shared limits on ${db.name}`, () => {
+    it('a rate limit holds across workers: never more than max starts in any window', async () => {
+      const { mailroom, schema, sql } = await db.open();
+      const job = defineJob('limits.rate', { queue: 'rated' });
+      await mailroom.enqueueMany(job, Array.from({ length: 30 }, (_, n) => ({ n })));
+      const rooms = await peers(db, mailroom, schema, 4);
+      const workers = rooms.map((m) =>
+        m.worker({ queues: ['rated'], concurrency: 10, pollInterval: 20, rateLimit: { max: 5, per: '250ms' }, handlers: { [job.name]: () => {} } }),
+      );
+      let completed = 0;
+      const done = new Promise<void>((resolve) => workers.forEach((w) => w.on('completed', () => ++completed === 30 && resolve())));
+      await Promise.all(workers.map((w) => w.start()));
+      await done;
+      await Promise.all(workers.map((w) => w.stop()));
+      const rows = await sql<{ ms: number }>(`SELECT (extract(epoch FROM started_at) * 1000)::float8 AS ms FROM "${schema}".jobs`);
+      assert.equal(rows.length, 30);
+      const busiest = maxInWindow(rows.map((r) => r.ms), 250);
+      assert.ok(busiest <= 5, `at most 5 starts in any 250 ms window, saw ${busiest}`);
+      assert.equal(busiest, 5, 'the limit is used, not starved');
+      if (db.name === 'postgres') await Promise.all(rooms.map((m) => m.close()));
+    });
+
+    it('a global concurrency cap holds across workers', async () => {
+      const { mailroom, schema } = await db.open();
+      const job = defineJob('limits.concurrency', { queue: 'capped' });
+      await mailroom.enqueueMany(job, Array.from({ length: 24 }, (_, n) => ({ n })));
+      const rooms = await peers(db, mailroom, schema, 3);
+      let running = 0;
+      let peak = 0;
+      const handler = async () => {
+        peak = Math.max(peak, ++running);
+        await new Promise((r) => setTimeout(r, 15));
+        running--;
+      };
+      const workers = rooms.map((m) => m.worker({ queues: ['capped'], concurrency: 5, pollInterval: 10, globalConcurrency: 2, handlers: { [job.name]: handler } }));
+      let completed = 0;
+      const done = new Promise<void>((resolve) => workers.forEach((w) => w.on('completed', () => ++completed === 24 && resolve())));
+      await Promise.all(workers.map((w) => w.start()));
+      await done;
+      await Promise.all(workers.map((w) => w.stop()));
+      assert.equal(peak, 2);
+      if (db.name === 'postgres') await Promise.all(rooms.map((m) => m.close()));
+    });
+
+    it('RateLimitedError backs the whole queue off and spends no attempt', async () => {
+      const { mailroom, schema, sql } = await db.open();
+      const job = defineJob<{ n: number }>('limits.429', { queue: 'provider', retry: { maxAttempts: 1 } });
+      await mailroom.enqueue(job, { n: 0 });
+      let throttled = false;
+      const worker = mailroom.worker({
+        queues: ['provider'],
+        concurrency: 1,
+        pollInterval: 10,
+        handlers: {
+          [job.name]: async (j: Job<{ n: number }>) => {
+            if (j.data.n === 0 && !throttled) {
+              throttled = true;
+              await mailroom.enqueueMany(job, [{ n: 1 }, { n: 2 }]);
+              throw new RateLimitedError('429 from provider', { after: 300 });
+            }
+          },
+        },
+      });
+      const limited = waitForEvents(worker, 'rate-limited', 1);
+      const done = waitForEvents(worker, 'completed', 3);
+      await worker.start();
+      await limited;
+      const [pause] = await sql<{ until_ms: number }>(`SELECT (extract(epoch FROM paused_until) * 1000)::float8 AS until_ms FROM "${schema}".queue_controls WHERE queue = 'provider'`);
+      await done;
+      await worker.stop();
+      const rows = await sql<{ n: number; attempt: number; ms: number }>(
+        `SELECT (payload->>'n')::int AS n, attempt, (extract(epoch FROM started_at) * 1000)::float8 AS ms FROM "${schema}".jobs ORDER BY n`,
+      );
+      assert.deepEqual(rows.map((r) => [r.n, r.attempt]), [[0, 1], [1, 1], [2, 1]], 'no attempt spent (maxAttempts 1 and still completed)');
+      for (const r of rows) assert.ok(r.ms >= pause!.until_ms - 1, `job ${r.n} started after the back-off ended`);
+    });
+
+    it('refuses non-positive limits', async () => {
+      const { mailroom } = await db.open();
+      const handlers = { x: () => {} };
+      for (const bad of [{ rateLimit: { max: 0, per: '1s' } }, { rateLimit: { max: 5, per: 0 } }, { rateLimit: { max: 1.5, per: '1s' } }, { globalConcurrency: 0 }, { globalConcurrency: -3 }]) {
+        assert.throws(() => mailroom.worker({ queues: ['q'], handlers, ...(bad as object) }), (e: unknown) => e instanceof ValidationError && /rateLimit|globalConcurrency/.test(e.message));
+      }
+    });
+  });
+}
