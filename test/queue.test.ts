@@ -329,6 +329,19 @@ for (const db of testDatabases()) {
       assert.ok(info!.nextRunAt!.getTime() > Date.now() + 50 * 60_000);
     });
 
+    it('NOTIFY wakes an idle worker: a job runs without waiting for the poll', async () => {
+      const { mailroom } = await db.open();
+      const job = defineJob('queue.wake', { queue: 'wake' });
+      const worker = mailroom.worker({ queues: ['wake'], pollInterval: '1h', handlers: { [job.name]: () => {} } });
+      await worker.start();
+      await new Promise((r) => setTimeout(r, 50)); // let the first (empty) claim finish: the worker is now asleep for an hour
+      const done = waitForEvents(worker, 'completed', 2, 10_000);
+      await mailroom.enqueue(job, {});
+      await mailroom.transaction((tx) => mailroom.enqueue(job, {}, { tx }));
+      await done;
+      await worker.stop();
+    });
+
     it('explains a missing migration', async () => {
       const { mailroom, schema, sql } = await db.open();
       const job = defineJob('queue.unmigrated', { queue: 'x' });
