@@ -1,4 +1,6 @@
 import type { NamedQuery } from '../storage/driver.ts';
+import { namedQueries } from '../storage/named.ts';
+import { WAITING } from './queries.ts';
 
 /** Statements behind `jobs.cancel`, `jobs.retry` and `mailroom.stats()`, for one quoted schema. */
 export interface AdminQueries {
@@ -11,13 +13,11 @@ export interface AdminQueries {
   failedLastMinute: NamedQuery;
 }
 
-const WAITING = `('available', 'scheduled', 'retrying')`;
 
 /** Builds the admin statements for a quoted schema name. */
 export function adminQueries(quotedSchema: string): AdminQueries {
   const s = quotedSchema;
-  const tag = quotedSchema.slice(1, -1);
-  const q = (name: string, text: string): NamedQuery => ({ name: `mailroom_${name}_${tag}`, text });
+  const q = namedQueries(quotedSchema);
   return {
     // $1 id. Waiting and dead jobs can be cancelled; an active one is left to finish.
     cancel: q(

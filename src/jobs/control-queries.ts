@@ -1,4 +1,6 @@
 import type { NamedQuery } from '../storage/driver.ts';
+import { namedQueries } from '../storage/named.ts';
+import { CLAIM_RETURNING, CLAIM_SET, WAITING } from './queries.ts';
 
 /** Statements of shared queue limits (rate limit, global concurrency, back-off), for one quoted schema. */
 export interface ControlQueries {
@@ -9,13 +11,11 @@ export interface ControlQueries {
   lock: NamedQuery;
 }
 
-const WAITING = `('available', 'scheduled', 'retrying')`;
 
 /** Builds the queue-control statements for a quoted schema name. */
 export function controlQueries(quotedSchema: string): ControlQueries {
   const s = quotedSchema;
-  const tag = quotedSchema.slice(1, -1);
-  const q = (name: string, text: string): NamedQuery => ({ name: `mailroom_${name}_${tag}`, text });
+  const q = namedQueries(quotedSchema);
   return {
     // $1 queue, $2 rate max (null: none), $3 rate window ms, $4 concurrency (null: none)
     configure: q(
@@ -49,11 +49,9 @@ export function controlQueries(quotedSchema: string): ControlQueries {
           FOR UPDATE SKIP LOCKED),
        claimed AS (
          UPDATE ${s}.jobs AS j
-            SET state = 'active', attempt = j.attempt + 1, claim_count = j.claim_count + 1,
-                locked_until = now() + $3::bigint * interval '1 millisecond', locked_by = $4, started_at = now()
+            SET ${CLAIM_SET}
            FROM next WHERE j.id = next.id
-         RETURNING j.id, j.queue, j.type, j.payload, j.attempt, j.max_attempts, j.claim_count, j.priority,
-                   j.correlation_id, j.created_at, j.expires_at),
+         RETURNING ${CLAIM_RETURNING}),
        recorded AS (
          UPDATE ${s}.queue_controls
             SET recent_claims = (SELECT window_claims FROM ctl) || ARRAY(SELECT now() FROM claimed)

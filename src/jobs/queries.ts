@@ -1,4 +1,5 @@
 import type { NamedQuery } from '../storage/driver.ts';
+import { namedQueries } from '../storage/named.ts';
 
 /**
  * Every statement of the job state machine, for one schema. The schema name is
@@ -18,14 +19,21 @@ export interface JobQueries {
   getErrors: NamedQuery;
 }
 
-const WAITING = `('available', 'scheduled', 'retrying')`;
+export const WAITING = `('available', 'scheduled', 'retrying')`;
+
+/** What a claim does to a job ($3 lease ms, $4 worker id), shared by the plain and the controlled claim. */
+export const CLAIM_SET = `state = 'active', attempt = j.attempt + 1, claim_count = j.claim_count + 1,
+    locked_until = now() + $3::bigint * interval '1 millisecond', locked_by = $4, started_at = now()`;
+
+/** The columns a claim returns (see ClaimedRow). */
+export const CLAIM_RETURNING = `j.id, j.queue, j.type, j.payload, j.attempt, j.max_attempts, j.claim_count, j.priority,
+    j.correlation_id, j.created_at, j.expires_at`;
 const UNFINISHED = `('scheduled', 'available', 'active', 'retrying')`;
 
 /** Builds the job statements for a quoted schema name (see `quoteSchema`). */
 export function jobQueries(quotedSchema: string): JobQueries {
   const s = quotedSchema;
-  const tag = quotedSchema.slice(1, -1);
-  const q = (name: string, text: string): NamedQuery => ({ name: `mailroom_${name}_${tag}`, text });
+  const q = namedQueries(quotedSchema);
   return {
     // $1 ids, $2 queue, $3 type, $4 priorities, $5 run_at (null: now), $6 delay ms, $7 max attempts,
     // $8 dedup keys, $9 correlation ids, $10 max age ms (null: none), $11 payloads (json text),
@@ -61,11 +69,9 @@ export function jobQueries(quotedSchema: string): JobQueries {
           LIMIT $2
           FOR UPDATE SKIP LOCKED)
        UPDATE ${s}.jobs AS j
-          SET state = 'active', attempt = j.attempt + 1, claim_count = j.claim_count + 1,
-              locked_until = now() + $3::bigint * interval '1 millisecond', locked_by = $4, started_at = now()
+          SET ${CLAIM_SET}
          FROM next WHERE j.id = next.id
-       RETURNING j.id, j.queue, j.type, j.payload, j.attempt, j.max_attempts, j.claim_count, j.priority,
-                 j.correlation_id, j.created_at, j.expires_at`,
+       RETURNING ${CLAIM_RETURNING}`,
     ),
     // $1 ids, $2 claim tokens
     complete: q(

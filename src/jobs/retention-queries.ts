@@ -1,4 +1,5 @@
 import type { NamedQuery } from '../storage/driver.ts';
+import { namedQueries } from '../storage/named.ts';
 
 /** Statements of retention, each deleting at most one bounded batch, for one quoted schema. */
 export interface RetentionQueries {
@@ -10,8 +11,7 @@ export interface RetentionQueries {
 /** Builds the retention statements for a quoted schema name. */
 export function retentionQueries(quotedSchema: string): RetentionQueries {
   const s = quotedSchema;
-  const tag = quotedSchema.slice(1, -1);
-  const q = (name: string, text: string): NamedQuery => ({ name: `mailroom_${name}_${tag}`, text });
+  const q = namedQueries(quotedSchema);
   return {
     // $1 states, $2 age ms, $3 batch. Errors and step results go with their job (ON DELETE CASCADE).
     pruneByAge: q(
