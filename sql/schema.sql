@@ -105,6 +105,7 @@ CREATE INDEX job_errors_failed_at_idx ON :"schema".job_errors USING btree (faile
 -- (made by its constraint) CREATE UNIQUE INDEX job_errors_pkey ON :"schema".job_errors USING btree (job_id, claim);
 -- (made by its constraint) CREATE UNIQUE INDEX job_steps_pkey ON :"schema".job_steps USING btree (job_id, name);
 CREATE INDEX jobs_claim_idx ON :"schema".jobs USING btree (queue, priority DESC, run_at, id) WHERE ((state = ANY (ARRAY['available'::text, 'scheduled'::text, 'retrying'::text])) AND (NOT blocked));
+CREATE INDEX jobs_completed_key_idx ON :"schema".jobs USING btree (type, dedup_key, finished_at) WHERE ((dedup_key IS NOT NULL) AND (state = 'completed'::text));
 CREATE INDEX jobs_correlation_idx ON :"schema".jobs USING btree (correlation_id) WHERE (correlation_id IS NOT NULL);
 CREATE UNIQUE INDEX jobs_dedup_key_idx ON :"schema".jobs USING btree (type, dedup_key) WHERE ((dedup_key IS NOT NULL) AND (state = ANY (ARRAY['scheduled'::text, 'available'::text, 'active'::text, 'retrying'::text])));
 CREATE INDEX jobs_finished_idx ON :"schema".jobs USING btree (state, finished_at, queue) WHERE (state = ANY (ARRAY['completed'::text, 'dead'::text, 'cancelled'::text]));

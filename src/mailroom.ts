@@ -153,7 +153,9 @@ export class Mailroom {
   async enqueue<TData, TInput>(def: JobDefinition<TData, TInput>, data: TInput, options: EnqueueOptions = {}): Promise<string> {
     const { key, ...rest } = options;
     const many: EnqueueManyOptions<TInput> = key === undefined ? rest : { ...rest, key: () => key };
-    const [id] = await enqueueJobs(this.driver, this.queries, this.maxPayloadBytes, def, [data], many).catch((e) => this.fail(e));
+    const [id] = await enqueueJobs(this.driver, this.queries, this.maxPayloadBytes, def, [data], many, this.retention.dedupKeysMs).catch((e) =>
+      this.fail(e),
+    );
     return id!;
   }
 
@@ -165,7 +167,7 @@ export class Mailroom {
    */
   async enqueueMany<TData, TInput>(def: JobDefinition<TData, TInput>, data: readonly TInput[], options: EnqueueManyOptions<TInput> = {}): Promise<string[]> {
     if (!Array.isArray(data)) throw new ValidationError('enqueueMany: data must be an array', [{ path: 'data', message: 'not an array' }]);
-    return enqueueJobs(this.driver, this.queries, this.maxPayloadBytes, def, data, options).catch((e) => this.fail(e));
+    return enqueueJobs(this.driver, this.queries, this.maxPayloadBytes, def, data, options, this.retention.dedupKeysMs).catch((e) => this.fail(e));
   }
 
   /**

@@ -10,6 +10,13 @@ export interface RetentionOptions {
   completed?: { age?: Duration; count?: number };
   /** Dead jobs (the dead-letter queue): by age. Default `'14d'`. */
   dead?: { age?: Duration };
+  /**
+   * How long the deduplication key of a completed job keeps deduplicating (a
+   * redelivered request enqueuing again gets the completed job's id). Default 0:
+   * a key is free again once its job finishes. When set, it must cover every
+   * job type's retry horizon, and completed jobs are kept at least this long.
+   */
+  dedupKeys?: Duration;
   /** Rows deleted per statement. Default 1000. */
   batchSize?: number;
   /** How often workers prune. Default `'1m'`. */
@@ -21,6 +28,7 @@ export interface RetentionPolicy {
   completedAgeMs: number;
   completedCount: number | null;
   deadAgeMs: number;
+  dedupKeysMs: number;
   batchSize: number;
   intervalMs: number;
 }
@@ -41,8 +49,17 @@ export function resolveRetention(options: RetentionOptions | undefined): Retenti
       { path: 'retention.batchSize', message: 'invalid' },
     ]);
   }
+  const completedAgeMs = toMilliseconds(options?.completed?.age ?? '7d', 'retention.completed.age');
+  const dedupKeysMs = toMilliseconds(options?.dedupKeys ?? 0, 'retention.dedupKeys');
+  if (dedupKeysMs > completedAgeMs) {
+    throw new ValidationError(
+      `retention.completed.age (${completedAgeMs} ms) is shorter than retention.dedupKeys (${dedupKeysMs} ms): completed jobs carry their keys, so keep them at least as long`,
+      [{ path: 'retention.completed.age', message: 'shorter than dedupKeys' }],
+    );
+  }
   return {
-    completedAgeMs: toMilliseconds(options?.completed?.age ?? '7d', 'retention.completed.age'),
+    dedupKeysMs,
+    completedAgeMs,
     completedCount: count ?? null,
     deadAgeMs: toMilliseconds(options?.dead?.age ?? '14d', 'retention.dead.age'),
     batchSize,
@@ -72,6 +89,12 @@ export function retryHorizonMs(def: JobDefinition<unknown, unknown>): number {
 export function checkRetentionAgainst(policy: RetentionPolicy, definitions: Iterable<JobDefinition<unknown, unknown>>): void {
   for (const def of definitions) {
     const horizon = retryHorizonMs(def);
+    if (policy.dedupKeysMs > 0 && policy.dedupKeysMs < horizon) {
+      throw new ValidationError(
+        `retention.dedupKeys (${policy.dedupKeysMs} ms) is shorter than the retry horizon of job ${def.name} (${horizon} ms): a redelivery arriving while that job could still be retrying would not be caught; raise dedupKeys or shorten the job's retries`,
+        [{ path: 'retention.dedupKeys', message: 'shorter than a retry horizon' }],
+      );
+    }
     if (policy.deadAgeMs < horizon) {
       throw new ValidationError(
         `retention.dead.age (${policy.deadAgeMs} ms) is shorter than the retry horizon of job ${def.name} (${horizon} ms: ${def.retry.maxAttempts} attempts, backoff up to ${def.retry.maxMs} ms${def.retry.maxAgeMs !== null ? `, maxAge ${def.retry.maxAgeMs} ms` : ''}); keep dead jobs longer or shorten that job's retries`,

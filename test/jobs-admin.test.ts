@@ -113,6 +113,31 @@ for (const db of testDatabases()) {
       await assert.rejects(createMailroom({ database: await db.handle(), retention: { batchSize: 0 } }), /retention\.batchSize/);
     });
 
+    it('retention.dedupKeys: a completed job\'s key keeps deduplicating within the window', async () => {
+      const { mailroom } = await db.open({ retention: { dedupKeys: '2d' } });
+      const job = defineJob('admin.dedup-window', { queue: 'dedup-window', retry: { maxAttempts: 3, maxAge: '1h' } });
+      const first = await mailroom.enqueue(job, {}, { key: 'order:7' });
+      const worker = mailroom.worker({ queues: ['dedup-window'], handlers: { [job.name]: () => {} } });
+      const done = waitForEvents(worker, 'completed', 1);
+      await worker.start();
+      await done;
+      await worker.stop();
+      assert.equal(await mailroom.enqueue(job, {}, { key: 'order:7' }), first, 'a redelivery after completion is caught');
+      const [again, other] = await mailroom.enqueueMany(job, [{}, {}], { key: (_d, i) => (i === 0 ? 'order:7' : 'order:8') });
+      assert.equal(again, first);
+      assert.notEqual(other, first);
+      await assert.rejects(
+        createMailroom({ database: await db.handle(), retention: { dedupKeys: '10d', completed: { age: '1d' } } }),
+        /retention\.completed\.age .* shorter than retention\.dedupKeys/,
+      );
+      defineJob('admin.dedup-long', { queue: 'x', retry: { maxAttempts: 3, maxAge: '3d' } });
+      await assert.rejects(
+        createMailroom({ database: await db.handle(), retention: { dedupKeys: '2d' } }),
+        /retention\.dedupKeys .* shorter than the retry horizon of job admin\.dedup-long/,
+      );
+      defineJob('admin.dedup-long', { queue: 'x', retry: { maxAttempts: 3, maxAge: '1h' } });
+    });
+
     it('versions: an outdated update is ignored when versions arrive out of order', async () => {
       const { mailroom, schema, sql } = await db.open();
       await sql(`CREATE TABLE "${schema}".customers (id text PRIMARY KEY, email text, version int)`);

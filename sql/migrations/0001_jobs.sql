@@ -53,6 +53,10 @@ CREATE INDEX jobs_lease_idx ON :"schema".jobs (locked_until) WHERE state = 'acti
 CREATE UNIQUE INDEX jobs_dedup_key_idx ON :"schema".jobs (type, dedup_key)
   WHERE dedup_key IS NOT NULL AND state IN ('scheduled', 'available', 'active', 'retrying');
 
+-- Deduplication window (retention.dedupKeys): completed jobs by (type, key).
+CREATE INDEX jobs_completed_key_idx ON :"schema".jobs (type, dedup_key, finished_at)
+  WHERE dedup_key IS NOT NULL AND state = 'completed';
+
 -- Finished jobs by queue, state and time: dead-letter listing, retention, completions per minute.
 CREATE INDEX jobs_finished_idx ON :"schema".jobs (state, finished_at, queue) WHERE state IN ('completed', 'dead', 'cancelled');
 

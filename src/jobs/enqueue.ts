@@ -99,7 +99,7 @@ function checkDelay(delay: EnqueueOptions['delay']): number {
 /**
  * Validates and writes jobs of one type in one statement; returns their ids in
  * input order (for a deduplicated item, the id of the unfinished job that
- * already had its key).
+ * already had its key, or of the job that completed with it within `keyWindowMs`).
  */
 export async function enqueueJobs<TData, TInput>(
   driver: Driver,
@@ -108,6 +108,7 @@ export async function enqueueJobs<TData, TInput>(
   def: JobDefinition<TData, TInput>,
   items: readonly TInput[],
   options: EnqueueManyOptions<TInput>,
+  keyWindowMs = 0,
 ): Promise<string[]> {
   if (typeof def !== 'object' || def === null || def.kind !== 'job') {
     throw new TypeError('enqueue: the first argument must be a job definition made by defineJob()');
@@ -142,8 +143,20 @@ export async function enqueueJobs<TData, TInput>(
   }
   if (rows.length === 0) return [];
 
-  const ids = await insertRows(db, queries, def, rows, { delayMs, runAt, priority, correlationId });
+  // Keys of jobs completed within the key window still deduplicate (a redelivered request).
+  const completedByKey = keyWindowMs > 0 ? await recentlyCompleted(db, queries, def.name, rows, keyWindowMs) : new Map<string, string>();
+  const fresh = rows.filter((r) => r.key === null || !completedByKey.has(r.key));
+  const inserted = fresh.length > 0 ? await insertRows(db, queries, def, fresh, { delayMs, runAt, priority, correlationId }) : [];
+  const idOf = new Map(fresh.map((r, i) => [r, inserted[i]!]));
+  const ids = rows.map((r) => idOf.get(r) ?? completedByKey.get(r.key!)!);
   return resultIndex.map((i) => ids[i]!);
+}
+
+async function recentlyCompleted(db: Queryable, queries: JobQueries, type: string, rows: PreparedRow[], windowMs: number): Promise<Map<string, string>> {
+  const keys = rows.flatMap((r) => (r.key === null ? [] : [r.key]));
+  if (keys.length === 0) return new Map();
+  const { rows: found } = await db.query<{ id: string; dedup_key: string }>(queries.findRecentlyCompletedByKey.text, [type, keys, windowMs]);
+  return new Map(found.map((r) => [r.dedup_key, r.id]));
 }
 
 async function insertRows(

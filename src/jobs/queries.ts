@@ -9,6 +9,7 @@ import { namedQueries } from '../storage/named.ts';
 export interface JobQueries {
   enqueue: NamedQuery;
   findUnfinishedByKey: NamedQuery;
+  findRecentlyCompletedByKey: NamedQuery;
   claim: NamedQuery;
   complete: NamedQuery;
   fail: NamedQuery;
@@ -53,6 +54,14 @@ export function jobQueries(quotedSchema: string): JobQueries {
         ORDER BY i.ord
        ON CONFLICT (type, dedup_key) WHERE dedup_key IS NOT NULL AND state IN ${UNFINISHED} DO NOTHING
        RETURNING id`,
+    ),
+    // $1 type, $2 keys, $3 window ms: the newest completed job per key within the window.
+    findRecentlyCompletedByKey: q(
+      'find_completed_by_key',
+      `SELECT DISTINCT ON (dedup_key) id, dedup_key FROM ${s}.jobs
+        WHERE type = $1 AND dedup_key = ANY($2::text[]) AND state = 'completed'
+          AND finished_at > now() - $3::bigint * interval '1 millisecond'
+        ORDER BY dedup_key, finished_at DESC`,
     ),
     findUnfinishedByKey: q(
       'find_by_key',
