@@ -90,8 +90,9 @@ for (const db of testDatabases()) {
       await mailroom.enqueueMany(job, Array.from({ length: 10 }, (_, n) => ({ n })));
       const worker = mailroom.worker({ queues: ['prune'], concurrency: 1, handlers: { [job.name]: (j: Job<{ n: number }>) => { if (j.data.n === 9) throw new Error('dead'); } } });
       const done = waitForEvents(worker, 'completed', 9);
+      const dead = waitForEvents(worker, 'failed', 1);
       await worker.start();
-      await done;
+      await Promise.all([done, dead]);
       await worker.stop();
       assert.equal((await mailroom.maintain()).pruned, 6);
       const left = await sql<{ state: string; n: number }>(`SELECT state, count(*)::int AS n FROM "${schema}".jobs GROUP BY state ORDER BY state`);
