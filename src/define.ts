@@ -4,6 +4,7 @@ import { assertName } from './identifiers.ts';
 import { resolveRetryPolicy, type RetryOptions, type RetryPolicy } from './retry/backoff.ts';
 import { defaultClassifier, type ErrorClassifier } from './retry/classify.ts';
 import { registerJob } from './registry.ts';
+import type { JobHandler } from './worker/types.ts';
 import { ValidationError } from './errors.ts';
 
 /** Options of {@link defineJob}. */
@@ -87,4 +88,15 @@ function checkOnDead(value: unknown, name: string): 'continue' | 'hold' {
   throw new ValidationError(`job ${name}: ordering.onDead must be 'continue' or 'hold', got ${JSON.stringify(value)}`, [
     { path: 'ordering.onDead', message: 'invalid' },
   ]);
+}
+
+/**
+ * Types a handler by its job definition, so `job.data` has the payload type.
+ *
+ * @example
+ * mailroom.worker({ queues: ['email'], handlers: { [sendWelcome.name]: handle(sendWelcome, async (job) => send(job.data.email)) } });
+ */
+export function handle<TData, TInput>(def: JobDefinition<TData, TInput>, handler: JobHandler<TData>): JobHandler<TData> {
+  void def;
+  return handler;
 }

@@ -6,7 +6,7 @@ export { createMailroom, Mailroom } from './mailroom.ts';
 export type { MailroomOptions, MailroomTransaction, JobsApi, VersionsApi } from './mailroom.ts';
 export type { JobActionResult } from './jobs/admin.ts';
 export type { MailroomStats, QueueStats } from './stats.ts';
-export { defineJob } from './define.ts';
+export { defineJob, handle } from './define.ts';
 export type { JobDefinition, JobOptions, JobData, JobInput } from './define.ts';
 export { PermanentError, RetryableError, RateLimitedError, ValidationError, MailroomError } from './errors.ts';
 export { snooze, isSnooze } from './snooze.ts';

@@ -53,7 +53,13 @@ export interface JobContext {
  * A job handler. Return (anything) to complete the job, return `snooze(d)` to
  * run it again later, throw to fail it (retried or dead-lettered by the classifier).
  */
-export type JobHandler<TData = unknown> = (job: Job<TData>, ctx: JobContext) => unknown;
+export type JobHandler<TData = unknown> = HandlerSignature<TData>['handle'];
+
+// A method signature compares its parameters bivariantly, so a handler written for
+// Job<{ userId: string }> fits the handlers map, and an inline one gets Job<unknown>.
+interface HandlerSignature<TData> {
+  handle(job: Job<TData>, ctx: JobContext): unknown;
+}
 
 /** A row returned by the claim statement. */
 export interface ClaimedRow {

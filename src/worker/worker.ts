@@ -20,7 +20,7 @@ export interface WorkerOptions {
   /** Queues to take jobs from. Default `['default']`. */
   queues?: string[];
   /** Handlers by job type name. A claimed job with no handler is dead-lettered as `unknown-type`. */
-  handlers: Record<string, JobHandler<never>>;
+  handlers: Record<string, JobHandler>;
   /** Jobs run at once by this worker. Default 10. */
   concurrency?: number;
   /** How long a claim lasts without a heartbeat. Default `'30s'`. */
