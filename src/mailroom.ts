@@ -35,7 +35,10 @@ export interface MailroomOptions {
   schema?: string;
   /** Largest payload accepted, in bytes (JSON). Default 1 MiB. */
   maxPayloadBytes?: number;
-  /** Connections in the pool mailroom opens for a URL. Default 10. */
+  /**
+   * Connections in the pool mailroom opens for a URL. Default 20. A handler using
+   * `ctx.tx` holds one for its whole run: keep it above the workers' total concurrency plus 3.
+   */
   poolSize?: number;
   /** How often workers look for expired leases. Default `'5s'`. */
   rescueInterval?: Duration;
@@ -261,7 +264,7 @@ export async function createMailroom(options: MailroomOptions = {}): Promise<Mai
   if (options.maxPayloadBytes !== undefined && (!Number.isInteger(options.maxPayloadBytes) || options.maxPayloadBytes < 1)) {
     throw new ValidationError('maxPayloadBytes must be a positive integer', [{ path: 'maxPayloadBytes', message: 'invalid' }]);
   }
-  const poolSize = options.poolSize ?? 10;
+  const poolSize = options.poolSize ?? 20;
   if (!Number.isInteger(poolSize) || poolSize < 2) throw new ValidationError('poolSize must be an integer of 2 or more', [{ path: 'poolSize', message: 'invalid' }]);
   checkRetentionAgainst(resolveRetention(options.retention), registeredJobs());
   const driver = await connect(options.database as DatabaseOption | undefined, poolSize);
