@@ -1,41 +1,19 @@
 import { EventEmitter } from 'node:events';
-import { hostname } from 'node:os';
 import { toMilliseconds, type Duration } from '../duration.ts';
-import { assertName } from '../identifiers.ts';
-import { ValidationError } from '../errors.ts';
-import { newId } from '../ids.ts';
 import type { JobQueries } from '../jobs/queries.ts';
 import type { Driver } from '../storage/driver.ts';
 import { Completer } from './completer.ts';
 import { execute, type ExecutionDeps, type Outcome } from './execute.ts';
-import { completeInTransaction, HandlerTransaction, rescheduleInTransaction } from './handler-tx.ts';
+import type { HandlerTransaction } from './handler-tx.ts';
+import { recordOutcome, type RecordDeps } from './record.ts';
 import type { StepQueries } from '../jobs/step-queries.ts';
 import type { Maintenance } from './maintenance.ts';
 import type { ClaimedRow, JobHandler } from './types.ts';
 import type { ControlQueries } from '../jobs/control-queries.ts';
-import { QueueControls, resolveGlobalConcurrency, resolveRateLimit, type RateLimit } from './queue-controls.ts';
+import { QueueControls } from './queue-controls.ts';
+import { resolveWorkerOptions, type WorkerOptions } from './options.ts';
 
-/** Options of `mailroom.worker()`. */
-export interface WorkerOptions {
-  /** Queues to take jobs from. Default `['default']`. */
-  queues?: string[];
-  /** Handlers by job type name. A claimed job with no handler is dead-lettered as `unknown-type`. */
-  handlers: Record<string, JobHandler>;
-  /** Jobs run at once by this worker. Default 10. */
-  concurrency?: number;
-  /** How long a claim lasts without a heartbeat. Default `'30s'`. */
-  lease?: Duration;
-  /** How often to check for due jobs when no NOTIFY arrives. Default `'1s'`. */
-  pollInterval?: Duration;
-  /** Run the lease-rescue loop in this worker. Default true. */
-  maintenance?: boolean;
-  /** Identifies the worker in `locked_by`. Default host:pid:random. */
-  id?: string;
-  /** At most `max` jobs of each of these queues start in any window of `per`, across all processes. */
-  rateLimit?: RateLimit;
-  /** At most this many jobs of each of these queues are active at once, across all processes. */
-  globalConcurrency?: number;
-}
+export type { WorkerOptions } from './options.ts';
 
 /** Events a worker emits; handy for logs, metrics and tests. */
 export interface WorkerEvents {
@@ -56,10 +34,6 @@ interface Running {
   row: ClaimedRow;
   controller: AbortController;
   settled: boolean;
-}
-
-function invalid(path: string, message: string): ValidationError {
-  return new ValidationError(message, [{ path, message }]);
 }
 
 const MAX_ERROR_BACKOFF_MS = 5_000;
@@ -86,6 +60,7 @@ export class Worker extends EventEmitter<WorkerEvents> {
   private woken = false;
   private nextQueue = 0;
   private readonly controls: QueueControls;
+  private readonly recordDeps: RecordDeps;
   private readonly rateLimit: { max: number; perMs: number } | null;
   private readonly globalConcurrency: number | null;
   private abandoned = false;
@@ -104,22 +79,23 @@ export class Worker extends EventEmitter<WorkerEvents> {
     private readonly maintenance: Maintenance | undefined,
   ) {
     super();
-    this.queues = options.queues ?? ['default'];
-    if (!Array.isArray(this.queues) || this.queues.length === 0) throw invalid('queues', 'worker: queues must be a non-empty array of queue names');
-    for (const q of this.queues) assertName(q, 'worker queue');
-    if (typeof options.handlers !== 'object' || options.handlers === null) throw invalid('handlers', 'worker: handlers must be an object of job name -> handler function');
-    this.concurrency = options.concurrency ?? 10;
-    if (!Number.isInteger(this.concurrency) || this.concurrency < 1 || this.concurrency > 10_000) {
-      throw invalid('concurrency', `worker: concurrency must be an integer from 1 to 10000, got ${String(options.concurrency)}`);
-    }
-    this.leaseMs = toMilliseconds(options.lease ?? '30s', 'worker lease');
-    if (this.leaseMs < 100) throw invalid('lease', `worker: lease must be at least 100ms, got ${this.leaseMs} ms`);
-    this.pollMs = toMilliseconds(options.pollInterval ?? '1s', 'worker pollInterval');
-    this.id = options.id ?? `${hostname()}:${process.pid}:${newId().slice(-8)}`;
-    this.rateLimit = options.rateLimit === undefined ? null : resolveRateLimit(options.rateLimit);
-    this.globalConcurrency = options.globalConcurrency === undefined ? null : resolveGlobalConcurrency(options.globalConcurrency);
+    const resolved = resolveWorkerOptions(options);
+    this.queues = resolved.queues;
+    this.concurrency = resolved.concurrency;
+    this.leaseMs = resolved.leaseMs;
+    this.pollMs = resolved.pollMs;
+    this.id = resolved.id;
+    this.rateLimit = resolved.rateLimit;
+    this.globalConcurrency = resolved.globalConcurrency;
     this.controls = new QueueControls(driver, queries, controlQueries, this.queues);
     this.completer = new Completer(driver, queries);
+    this.recordDeps = {
+      driver,
+      queries,
+      completer: this.completer,
+      withRetries: (write) => this.withRetries(write),
+      report: (error) => this.report(error),
+    };
   }
 
   /** Jobs this worker is running now. */
@@ -315,59 +291,28 @@ export class Worker extends EventEmitter<WorkerEvents> {
     }
     entry.settled = true;
     const { row } = entry;
+    const result = await recordOutcome(this.recordDeps, row, outcome, tx);
+    if (this.abandoned) return;
     const job = { id: row.id, type: row.type, attempt: row.attempt };
-    if (tx?.isOpen && (outcome.kind === 'completed' || outcome.kind === 'snoozed')) {
-      // The handler's own writes and the fenced state change commit together, or not at all.
-      const finish =
-        outcome.kind === 'completed'
-          ? completeInTransaction(this.queries, row.id, row.claim_count)
-          : rescheduleInTransaction(this.queries, row.id, row.claim_count, outcome.delayMs);
-      let committed: boolean;
-      try {
-        committed = await tx.commitWith(finish);
-      } catch (error) {
-        this.report(error); // Commit failed: nothing happened; the lease expires and the job runs again.
-        return;
-      }
-      if (this.abandoned) return;
-      if (!committed) this.emit('stale', job);
-      else if (outcome.kind === 'completed') this.emit('completed', job);
-      else this.emit('snoozed', job, outcome.delayMs);
-      return;
+    switch (result.kind) {
+      case 'completed':
+        this.emit('completed', job);
+        break;
+      case 'snoozed':
+        this.emit('snoozed', job, result.delayMs);
+        break;
+      case 'rate-limited':
+        this.emit('rate-limited', job, result.delayMs);
+        break;
+      case 'failed':
+        this.emit('failed', job, { category: result.category, message: result.message, dead: result.dead, runAt: result.runAt });
+        break;
+      case 'stale':
+        this.emit('stale', job);
+        break;
+      case 'unknown':
+        break;
     }
-    await tx?.rollback();
-    if (outcome.kind === 'completed') {
-      const recorded = await this.withRetries(() => this.completer.complete(row.id, row.claim_count));
-      if (this.abandoned) return;
-      this.emit(recorded ? 'completed' : 'stale', job);
-      return;
-    }
-    if (outcome.kind === 'snoozed' || outcome.kind === 'rate-limited') {
-      const { rowCount } = await this.withRetries(() => this.driver.run(this.queries.reschedule, [row.id, row.claim_count, outcome.delayMs]));
-      if (rowCount === 0) this.emit('stale', job);
-      else if (outcome.kind === 'snoozed') this.emit('snoozed', job, outcome.delayMs);
-      else this.emit('rate-limited', job, outcome.delayMs);
-      return;
-    }
-    const { rows } = await this.withRetries(() =>
-      this.driver.run<{ state: string; run_at: Date }>(this.queries.fail, [
-        row.id,
-        row.claim_count,
-        outcome.retry,
-        outcome.delayMs,
-        outcome.deadReason,
-        outcome.category,
-        outcome.message,
-        outcome.stack,
-      ]),
-    );
-    const first = rows[0];
-    if (!first) {
-      this.emit('stale', job);
-      return;
-    }
-    const dead = first.state === 'dead';
-    this.emit('failed', job, { category: outcome.category, message: outcome.message, dead, runAt: dead ? null : first.run_at });
   }
 
   private async release(entry: Running): Promise<void> {

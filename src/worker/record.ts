@@ -1,0 +1,74 @@
+import type { JobQueries } from '../jobs/queries.ts';
+import type { Driver } from '../storage/driver.ts';
+import type { Completer } from './completer.ts';
+import type { Outcome } from './execute.ts';
+import { completeInTransaction, rescheduleInTransaction, type HandlerTransaction } from './handler-tx.ts';
+import type { ClaimedRow } from './types.ts';
+
+/** What a recorded outcome turned out to be, for the worker's events. */
+export type Recorded =
+  | { kind: 'completed' }
+  | { kind: 'snoozed'; delayMs: number }
+  | { kind: 'rate-limited'; delayMs: number }
+  | { kind: 'failed'; category: string; message: string; dead: boolean; runAt: Date | null }
+  | { kind: 'stale' }
+  | { kind: 'unknown' };
+
+/** What recording needs from the worker. */
+export interface RecordDeps {
+  driver: Driver;
+  queries: JobQueries;
+  completer: Completer;
+  /** Retries a write while the database is briefly unreachable. */
+  withRetries<T>(write: () => Promise<T>): Promise<T>;
+  report(error: unknown): void;
+}
+
+/**
+ * Writes a handler's outcome as one fenced state change: completion (batched,
+ * or inside the handler's `ctx.tx`), snooze / back-off, or failure (retry or
+ * dead letter, with the attempt's error). A refused fence means another claim
+ * owns the job now: the result is `stale` and nothing was written.
+ */
+export async function recordOutcome(deps: RecordDeps, row: ClaimedRow, outcome: Exclude<Outcome, { kind: 'abandoned' }>, tx: HandlerTransaction | undefined): Promise<Recorded> {
+  if (tx?.isOpen && (outcome.kind === 'completed' || outcome.kind === 'snoozed')) {
+    // The handler's own writes and the fenced state change commit together, or not at all.
+    const finish =
+      outcome.kind === 'completed'
+        ? completeInTransaction(deps.queries, row.id, row.claim_count)
+        : rescheduleInTransaction(deps.queries, row.id, row.claim_count, outcome.delayMs);
+    try {
+      if (!(await tx.commitWith(finish))) return { kind: 'stale' };
+    } catch (error) {
+      deps.report(error); // The commit failed: nothing happened; the lease expires and the job runs again.
+      return { kind: 'unknown' };
+    }
+    return outcome.kind === 'completed' ? { kind: 'completed' } : { kind: 'snoozed', delayMs: outcome.delayMs };
+  }
+  await tx?.rollback();
+  if (outcome.kind === 'completed') {
+    const recorded = await deps.withRetries(() => deps.completer.complete(row.id, row.claim_count));
+    return recorded ? { kind: 'completed' } : { kind: 'stale' };
+  }
+  if (outcome.kind === 'snoozed' || outcome.kind === 'rate-limited') {
+    const { rowCount } = await deps.withRetries(() => deps.driver.run(deps.queries.reschedule, [row.id, row.claim_count, outcome.delayMs]));
+    if (rowCount === 0) return { kind: 'stale' };
+    return { kind: outcome.kind, delayMs: outcome.delayMs };
+  }
+  const { rows } = await deps.withRetries(() =>
+    deps.driver.run<{ state: string; run_at: Date }>(deps.queries.fail, [
+      row.id,
+      row.claim_count,
+      outcome.retry,
+      outcome.delayMs,
+      outcome.deadReason,
+      outcome.category,
+      outcome.message,
+      outcome.stack,
+    ]),
+  );
+  const first = rows[0];
+  if (!first) return { kind: 'stale' };
+  const dead = first.state === 'dead';
+  return { kind: 'failed', category: outcome.category, message: outcome.message, dead, runAt: dead ? null : first.run_at };
+}
