@@ -143,13 +143,33 @@ export async function enqueueJobs<TData, TInput>(
   }
   if (rows.length === 0) return [];
 
-  // Keys of jobs completed within the key window still deduplicate (a redelivered request).
-  const completedByKey = keyWindowMs > 0 ? await recentlyCompleted(db, queries, def.name, rows, keyWindowMs) : new Map<string, string>();
-  const fresh = rows.filter((r) => r.key === null || !completedByKey.has(r.key));
-  const inserted = fresh.length > 0 ? await insertRows(db, queries, def, fresh, { delayMs, runAt, priority, correlationId }) : [];
-  const idOf = new Map(fresh.map((r, i) => [r, inserted[i]!]));
-  const ids = rows.map((r) => idOf.get(r) ?? completedByKey.get(r.key!)!);
-  return resultIndex.map((i) => ids[i]!);
+  const write = async (db: Queryable): Promise<string[]> => {
+    // Keys of jobs completed within the key window still deduplicate (a redelivered request).
+    const completedByKey = keyWindowMs > 0 ? await recentlyCompleted(db, queries, def.name, rows, keyWindowMs) : new Map<string, string>();
+    const fresh = rows.filter((r) => r.key === null || !completedByKey.has(r.key));
+    const inserted = fresh.length > 0 ? await insertRows(db, queries, def, fresh, { delayMs, runAt, priority, correlationId }) : [];
+    const idOf = new Map(fresh.map((r, i) => [r, inserted[i]!]));
+    if (keyWindowMs > 0) {
+      // The job holding a key can complete while this insert runs: the insert waits for that completion's
+      // row lock, then finds no unfinished job with the key and inserts (and a key whose job completed
+      // between the look-up and the retry in insertRows is inserted too). Checked again after the insert,
+      // in the same transaction, such a row is withdrawn before anyone sees it and the completed job's id
+      // is returned.
+      const ours = fresh.filter((r) => r.key !== null && idOf.get(r) === r.id);
+      const late = ours.length > 0 ? await recentlyCompleted(db, queries, def.name, ours, keyWindowMs) : new Map<string, string>();
+      const withdrawn = ours.filter((r) => late.has(r.key!));
+      if (withdrawn.length > 0) {
+        await db.query(queries.cancelWithdrawn.text, [withdrawn.map((r) => r.id)]);
+        await db.query(queries.deleteWithdrawn.text, [withdrawn.map((r) => r.id)]);
+        for (const r of withdrawn) idOf.set(r, late.get(r.key!)!);
+      }
+    }
+    const ids = rows.map((r) => idOf.get(r) ?? completedByKey.get(r.key!)!);
+    return resultIndex.map((i) => ids[i]!);
+  };
+  // With a key window, the insert and its re-check must commit together (in the caller's transaction if any).
+  if (options.tx || keyWindowMs === 0 || rows.every((r) => r.key === null)) return write(db);
+  return driver.transaction((tx) => write(tx));
 }
 
 async function recentlyCompleted(db: Queryable, queries: JobQueries, type: string, rows: PreparedRow[], windowMs: number): Promise<Map<string, string>> {

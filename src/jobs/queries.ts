@@ -10,6 +10,8 @@ export interface JobQueries {
   enqueue: NamedQuery;
   findUnfinishedByKey: NamedQuery;
   findRecentlyCompletedByKey: NamedQuery;
+  cancelWithdrawn: NamedQuery;
+  deleteWithdrawn: NamedQuery;
   claim: NamedQuery;
   complete: NamedQuery;
   fail: NamedQuery;
@@ -63,6 +65,11 @@ export function jobQueries(quotedSchema: string): JobQueries {
           AND finished_at > now() - $3::bigint * interval '1 millisecond'
         ORDER BY dedup_key, finished_at DESC`,
     ),
+    // $1 ids. Withdraws jobs this transaction just inserted whose key turned out to belong to a job
+    // completed within the key window: cancelled first (so the ordering trigger hands their ordering
+    // key on), then deleted.
+    cancelWithdrawn: q('cancel_withdrawn', `UPDATE ${s}.jobs SET state = 'cancelled' WHERE id = ANY($1::uuid[]) AND state IN ${WAITING}`),
+    deleteWithdrawn: q('delete_withdrawn', `DELETE FROM ${s}.jobs WHERE id = ANY($1::uuid[])`),
     findUnfinishedByKey: q(
       'find_by_key',
       `SELECT id, dedup_key FROM ${s}.jobs WHERE type = $1 AND dedup_key = ANY($2::text[]) AND state IN ${UNFINISHED}`,
