@@ -1,0 +1,59 @@
+/**
+ * One mailroom worker process of the scale workload. Started by scale.ts with
+ * fork(): it opens mailroom, says `ready`, starts its worker on `go`, reports
+ * its count of completed jobs every few milliseconds, and on `stop` stops and
+ * sends back the time of each completion.
+ */
+import { createMailroom, defineJob } from '../../src/index.ts';
+import { now } from '../stats.ts';
+
+export interface ScaleWorkerConfig {
+  url: string;
+  concurrency: number;
+  /** Upper bound of completions this process may see (sizes its buffer). */
+  capacity: number;
+}
+
+export type ToScaleWorker = { type: 'go' } | { type: 'stop' };
+export type FromScaleWorker = { type: 'ready' } | { type: 'count'; n: number } | { type: 'done'; times: Float64Array; n: number };
+
+const noop = defineJob('bench.noop', { queue: 'bench' });
+
+async function main(config: ScaleWorkerConfig): Promise<void> {
+  const send = (message: FromScaleWorker, then?: () => void) => process.send!(message, undefined, {}, () => then?.());
+  const mailroom = await createMailroom({ database: config.url });
+  const times = new Float64Array(config.capacity);
+  let n = 0;
+  const worker = mailroom.worker({ queues: ['bench'], concurrency: config.concurrency, handlers: { [noop.name]: async () => {} } });
+  worker.on('completed', () => {
+    if (n < times.length) times[n] = now();
+    n++;
+  });
+  worker.on('error', (error) => console.error('[bench scale worker]', error));
+  let reporter: NodeJS.Timeout | undefined;
+  process.on('message', (message: ToScaleWorker) => {
+    if (message.type === 'go') {
+      void worker.start();
+      reporter = setInterval(() => send({ type: 'count', n }), 10);
+    } else if (message.type === 'stop') {
+      clearInterval(reporter);
+      void (async () => {
+        await mailroom.close({ timeout: '5s' });
+        // Disconnect only once the message is written: a large one may still be queued.
+        send({ type: 'done', times: times.slice(0, Math.min(n, times.length)), n }, () => process.disconnect?.());
+      })();
+    }
+  });
+  process.on('disconnect', () => process.exit(0));
+  send({ type: 'ready' });
+}
+
+const raw = process.env.MAILROOM_BENCH_SCALE_WORKER;
+if (!raw || !process.send) {
+  console.error('this is a process of `npm run bench`; it is not meant to be started by hand');
+  process.exit(2);
+}
+main(JSON.parse(raw) as ScaleWorkerConfig).catch((error: unknown) => {
+  console.error('[bench scale worker] failed:', error);
+  process.exit(1);
+});

@@ -1,0 +1,128 @@
+/**
+ * Workload 4, scale (mailroom only): a drain by 1, 2 or 4 worker processes,
+ * a drain by one process of a backlog of 10k, 100k (or 1M) waiting jobs, and
+ * the same drain as the 1-process one with every job under one of K ordering
+ * keys (per-key ordering must cost little).
+ * Each process runs mailroom's defaults with the benchmark's concurrency. The
+ * clock starts when the already connected processes are told to start and
+ * stops at the last recorded completion ('completed' event: the completion is
+ * committed). The steady rate is taken over completions 1,000 to 1,000 + W,
+ * W = min(10,000, backlog / 2), while the backlog is still near its size.
+ */
+import pg from 'pg';
+import type { ChildProcess } from 'node:child_process';
+import { createMailroom, defineJob } from '../../src/index.ts';
+import { createDatabase, dropDatabase } from '../db.ts';
+import { forkTs, nextMessage } from '../spawn.ts';
+import { now, payloads } from '../stats.ts';
+import type { BenchPayload } from '../adapters/types.ts';
+import type { FromScaleWorker, ScaleWorkerConfig } from './scale-worker.ts';
+
+export interface ScaleParams {
+  serverUrl: string;
+  tag: string;
+  processes: number;
+  jobs: number;
+  concurrency: number;
+  batch: number;
+  timeoutMs: number;
+  /** Give each job one of this many ordering keys (round robin); unset: no ordering key. */
+  orderingKeys?: number;
+}
+
+export interface ScaleResult {
+  processes: number;
+  orderingKeys: number | null;
+  jobs: number;
+  enqueueSeconds: number;
+  seconds: number;
+  jobsPerSecond: number;
+  /** Rate over completions 1,000 .. 1,000 + window. */
+  steadyJobsPerSecond: number;
+  window: number;
+  /** Wall time per job at the steady rate, microseconds. */
+  microsPerJob: number;
+  /** Jobs/s over each tenth of the completions, in order: how the rate changes as the drain goes on. */
+  tenths: number[];
+  completedInDatabase: number;
+}
+
+const noop = defineJob<BenchPayload>('bench.noop', { queue: 'bench' });
+
+export async function scale(params: ScaleParams): Promise<ScaleResult> {
+  const dbName = `${params.tag}_mailroom`;
+  const url = await createDatabase(params.serverUrl, dbName);
+  const children: ChildProcess[] = [];
+  try {
+    const mailroom = await createMailroom({ database: url });
+    await mailroom.migrate();
+    const e0 = now();
+    const keys = params.orderingKeys;
+    const options = keys ? { orderingKey: (d: { i: number }) => `k${d.i % keys}` } : {};
+    for (let i = 0; i < params.jobs; i += params.batch) await mailroom.enqueueMany(noop, payloads(i, Math.min(params.batch, params.jobs - i)), options);
+    const enqueueSeconds = (now() - e0) / 1000;
+    await mailroom.close();
+
+    const config: ScaleWorkerConfig = { url, concurrency: params.concurrency, capacity: params.jobs + params.concurrency * 2 };
+    const counts = new Array<number>(params.processes).fill(0);
+    for (let p = 0; p < params.processes; p++) {
+      const child = forkTs('./workloads/scale-worker.ts', { MAILROOM_BENCH_SCALE_WORKER: JSON.stringify(config) });
+      children.push(child);
+      child.on('message', (m: FromScaleWorker) => {
+        if (m.type === 'count') counts[p] = m.n;
+      });
+    }
+    await Promise.all(children.map((c) => nextMessage(c, (m: FromScaleWorker) => (m.type === 'ready' ? true : undefined))));
+
+    const start = now();
+    for (const c of children) c.send({ type: 'go' });
+    const deadline = Date.now() + params.timeoutMs;
+    while (counts.reduce((a, b) => a + b, 0) < params.jobs) {
+      if (Date.now() > deadline) throw new Error(`scale: ${counts.reduce((a, b) => a + b, 0)} of ${params.jobs} jobs completed in ${params.timeoutMs} ms`);
+      await new Promise((r) => setTimeout(r, 5));
+    }
+    const done = children.map((c) => nextMessage(c, (m: FromScaleWorker) => (m.type === 'done' ? m : undefined)));
+    for (const c of children) c.send({ type: 'stop' });
+    const results = await Promise.all(done);
+
+    const times = Float64Array.from(results.flatMap((r) => Array.from(r.times))).sort();
+    const end = times[times.length - 1] ?? now();
+    const seconds = (end - start) / 1000;
+    const skip = Math.min(1000, Math.floor(params.jobs / 10));
+    const window = Math.min(10_000, Math.floor(params.jobs / 2));
+    const a = times[skip] ?? start;
+    const b = times[Math.min(times.length - 1, skip + window)] ?? end;
+    const steady = (window / (b - a)) * 1000;
+
+    const tenths: number[] = [];
+    for (let k = 0; k < 10; k++) {
+      const from = Math.floor((k * times.length) / 10);
+      const to = Math.floor(((k + 1) * times.length) / 10) - 1;
+      const t0 = k === 0 ? start : times[from - 1]!;
+      const t1 = times[to]!;
+      tenths.push(((to - from + 1) / (t1 - t0)) * 1000);
+    }
+
+    const client = new pg.Client({ connectionString: url });
+    await client.connect();
+    const { rows } = await client.query<{ n: string }>(`SELECT count(*) AS n FROM mailroom.jobs WHERE state = 'completed'`);
+    await client.end();
+
+    return {
+      processes: params.processes,
+      orderingKeys: params.orderingKeys ?? null,
+      jobs: params.jobs,
+      enqueueSeconds,
+      seconds,
+      jobsPerSecond: params.jobs / seconds,
+      steadyJobsPerSecond: steady,
+      window,
+      microsPerJob: 1e6 / steady,
+      tenths,
+      completedInDatabase: Number(rows[0]?.n ?? 0),
+    };
+  } finally {
+    for (const c of children) if (c.exitCode === null && c.signalCode === null) c.kill('SIGKILL');
+    await dropDatabase(params.serverUrl, dbName);
+  }
+}
