@@ -179,6 +179,10 @@ async function recentlyCompleted(db: Queryable, queries: JobQueries, type: strin
   return new Map(found.map((r) => [r.dedup_key, r.id]));
 }
 
+function isDriver(db: Queryable): db is Driver {
+  return typeof (db as Partial<Driver>).run === 'function' && typeof (db as Partial<Driver>).transaction === 'function';
+}
+
 async function insertRows(
   db: Queryable,
   queries: JobQueries,
@@ -188,7 +192,9 @@ async function insertRows(
 ): Promise<string[]> {
   const n = rows.length;
   const fill = <T>(value: T): T[] => new Array<T>(n).fill(value);
-  const { rows: inserted } = await db.query<{ id: string }>(queries.enqueue.text, [
+  // On the pool, the statement is prepared once per connection (named); in a transaction it goes as is.
+  const insert = isDriver(db) ? (params: unknown[]) => db.run<{ id: string }>(queries.enqueue, params) : (params: unknown[]) => db.query<{ id: string }>(queries.enqueue.text, params);
+  const { rows: inserted } = await insert([
     rows.map((r) => r.id),
     def.queue,
     def.name,
