@@ -329,6 +329,67 @@ for (const db of testDatabases()) {
       assert.ok(info!.nextRunAt!.getTime() > Date.now() + 50 * 60_000);
     });
 
+    it('prefetch: jobs claimed ahead run once each; a graceful stop hands the held ones back unspent', async () => {
+      const { mailroom, schema, sql } = await db.open();
+      const job = defineJob<{ n: number }>('queue.prefetch', { queue: 'prefetch' });
+      await mailroom.enqueueMany(job, Array.from({ length: 300 }, (_, n) => ({ n })));
+      const seen = new Map<number, number>();
+      let running = 0;
+      let peak = 0;
+      const fast = mailroom.worker({
+        queues: ['prefetch'],
+        concurrency: 4,
+        prefetch: 50,
+        handlers: {
+          [job.name]: async (j: Job<{ n: number }>) => {
+            peak = Math.max(peak, ++running);
+            seen.set(j.data.n, (seen.get(j.data.n) ?? 0) + 1);
+            await new Promise((r) => setImmediate(r));
+            running--;
+          },
+        },
+      });
+      const done = waitForEvents(fast, 'completed', 300);
+      await fast.start();
+      await done;
+      await fast.stop();
+      assert.equal(seen.size, 300);
+      assert.ok([...seen.values()].every((n) => n === 1), 'each job ran once');
+      assert.ok(peak <= 4, `concurrency still caps running handlers (peak ${peak})`);
+      // A worker holding prefetched jobs stops: they go back to the queue with no attempt spent.
+      await mailroom.enqueueMany(job, Array.from({ length: 20 }, (_, n) => ({ n: 1000 + n })));
+      let release!: () => void;
+      const gate = new Promise<void>((r) => (release = r));
+      const holder = mailroom.worker({ queues: ['prefetch'], concurrency: 1, prefetch: 10, handlers: { [job.name]: () => gate } });
+      await holder.start();
+      await eventually(async () => (await sql<{ n: number }>(`SELECT count(*)::int AS n FROM "${schema}".jobs WHERE state = 'active'`))[0]!.n === 11);
+      const stopping = holder.stop({ timeout: 50 });
+      release();
+      await stopping;
+      const rows = await sql<{ state: string; attempt: number }>(`SELECT state, attempt FROM "${schema}".jobs WHERE (payload->>'n')::int >= 1000`);
+      const handedBack = rows.filter((r) => r.state === 'available');
+      assert.ok(handedBack.length >= 10, `the 10 held jobs (and the running one, if aborted) are available again; saw ${handedBack.length}`);
+      assert.ok(handedBack.every((r) => r.attempt === 0), 'no attempt spent on a job handed back');
+      assert.ok(rows.every((r) => r.state === 'available' || (r.state === 'completed' && r.attempt === 1)), JSON.stringify(rows));
+    });
+
+    it('prefetch: a crashed worker\'s held jobs are rescued and run', async () => {
+      const { mailroom } = await db.open();
+      const job = defineJob('queue.prefetch-crash', { queue: 'prefetch-crash' });
+      await mailroom.enqueueMany(job, Array.from({ length: 12 }, () => ({})));
+      const crashing = mailroom.worker({ queues: ['prefetch-crash'], concurrency: 1, prefetch: 20, lease: 150, maintenance: false, handlers: { [job.name]: () => new Promise(() => {}) } });
+      await crashing.start();
+      await eventually(() => crashing.activeCount === 1);
+      crashing.abandon();
+      const fresh = mailroom.worker({ queues: ['prefetch-crash'], concurrency: 4, pollInterval: 20, handlers: { [job.name]: () => {} } });
+      const done = waitForEvents(fresh, 'completed', 12);
+      await fresh.start();
+      await eventually(async () => (await mailroom.maintain()).rescued > 0 || (await mailroom.stats()).queues['prefetch-crash']?.active === 0, 10_000, 'rescue');
+      await done;
+      await fresh.stop();
+      assert.equal((await mailroom.stats()).queues['prefetch-crash']?.active ?? 0, 0);
+    });
+
     it('NOTIFY wakes an idle worker: a job runs without waiting for the poll', async () => {
       const { mailroom } = await db.open();
       const job = defineJob('queue.wake', { queue: 'wake' });

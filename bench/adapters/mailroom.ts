@@ -4,6 +4,9 @@ import { createMailroom, defineJob, type Mailroom, type Worker } from '../../src
 import { createDatabase, dropDatabase } from '../db.ts';
 import type { Adapter, AdapterContext, BenchPayload, OnJob, WorkerSettings } from './types.ts';
 
+/** Jobs claimed ahead of free slots: mailroom's counterpart of graphile-worker's local queue. */
+const PREFETCH = 300;
+
 const noop = defineJob<BenchPayload>('bench.noop', { queue: 'bench' });
 
 export function mailroomAdapter(ctx: AdapterContext): Adapter {
@@ -37,6 +40,7 @@ export function mailroomAdapter(ctx: AdapterContext): Adapter {
       worker = mailroom!.worker({
         queues: ['bench'],
         concurrency: settings.concurrency,
+        prefetch: PREFETCH,
         handlers: { [noop.name]: async (job) => onJob(job.data as BenchPayload) },
       });
       worker.on('error', (error) => console.error('[bench mailroom]', error));
@@ -55,6 +59,6 @@ export function mailroomAdapter(ctx: AdapterContext): Adapter {
       counter = undefined;
       await dropDatabase(ctx.serverUrl, dbName);
     },
-    describe: (s) => `defaults (pool 20, lease 30s, poll 1s), one worker, concurrency ${s.concurrency}`,
+    describe: (s) => `defaults (pool 20, lease 30s, poll 1s), one worker, concurrency ${s.concurrency}, prefetch ${PREFETCH}`,
   };
 }

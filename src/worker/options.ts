@@ -18,6 +18,13 @@ export interface WorkerOptions {
   lease?: Duration;
   /** How often to check for due jobs when no NOTIFY arrives. Default `'1s'`. */
   pollInterval?: Duration;
+  /**
+   * Jobs to claim ahead of free slots and hold in memory, so that one claim
+   * fetches many jobs (throughput under load). Held jobs are leased and
+   * heartbeated like running ones; a graceful stop hands them back unspent, a
+   * crash leaves them to lease expiry (the attempt counts). Default 0.
+   */
+  prefetch?: number;
   /** Run the lease-rescue loop in this worker. Default true. */
   maintenance?: boolean;
   /** Identifies the worker in `locked_by`. Default host:pid:random. */
@@ -32,6 +39,7 @@ export interface WorkerOptions {
 export interface ResolvedWorkerOptions {
   queues: string[];
   concurrency: number;
+  prefetch: number;
   leaseMs: number;
   pollMs: number;
   id: string;
@@ -55,11 +63,16 @@ export function resolveWorkerOptions(options: WorkerOptions): ResolvedWorkerOpti
   if (!Number.isInteger(concurrency) || concurrency < 1 || concurrency > 10_000) {
     throw invalid('concurrency', `worker: concurrency must be an integer from 1 to 10000, got ${String(options.concurrency)}`);
   }
+  const prefetch = options.prefetch ?? 0;
+  if (!Number.isInteger(prefetch) || prefetch < 0 || prefetch > 10_000) {
+    throw invalid('prefetch', `worker: prefetch must be an integer from 0 to 10000, got ${String(options.prefetch)}`);
+  }
   const leaseMs = toMilliseconds(options.lease ?? '30s', 'worker lease');
   if (leaseMs < 100) throw invalid('lease', `worker: lease must be at least 100ms, got ${leaseMs} ms`);
   return {
     queues,
     concurrency,
+    prefetch,
     leaseMs,
     pollMs: toMilliseconds(options.pollInterval ?? '1s', 'worker pollInterval'),
     id: options.id ?? `${hostname()}:${process.pid}:${newId().slice(-8)}`,

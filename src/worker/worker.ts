@@ -47,6 +47,9 @@ export class Worker extends EventEmitter<WorkerEvents> {
   readonly id: string;
   private readonly queues: string[];
   private readonly concurrency: number;
+  private readonly prefetch: number;
+  /** Claimed jobs waiting for a free slot (prefetch); leased and heartbeated. */
+  private readonly buffer: ClaimedRow[] = [];
   private readonly leaseMs: number;
   private readonly pollMs: number;
   /** Jobs whose handler runs now; they count against concurrency. */
@@ -82,6 +85,7 @@ export class Worker extends EventEmitter<WorkerEvents> {
     const resolved = resolveWorkerOptions(options);
     this.queues = resolved.queues;
     this.concurrency = resolved.concurrency;
+    this.prefetch = resolved.prefetch;
     this.leaseMs = resolved.leaseMs;
     this.pollMs = resolved.pollMs;
     this.id = resolved.id;
@@ -145,6 +149,7 @@ export class Worker extends EventEmitter<WorkerEvents> {
     const timeoutMs = toMilliseconds(options.timeout ?? '30s', 'stop timeout');
     this.poke();
     await this.loop;
+    await this.releaseBuffered();
     await this.waitForRunning(timeoutMs);
     const unfinished = [...this.running.values()].filter((r) => !r.settled);
     for (const r of unfinished) {
@@ -175,6 +180,7 @@ export class Worker extends EventEmitter<WorkerEvents> {
     }
     this.running.clear();
     this.finishing.clear();
+    this.buffer.length = 0;
     this.poke();
     void this.unlisten?.().catch(() => {});
   }
@@ -217,8 +223,9 @@ export class Worker extends EventEmitter<WorkerEvents> {
   private async claimLoop(): Promise<void> {
     let errorDelay = 0;
     while (this.state === 'running') {
-      const free = this.concurrency - this.running.size;
-      if (free <= 0) {
+      this.startBuffered();
+      const free = this.concurrency + this.prefetch - this.running.size - this.buffer.length;
+      if (free <= 0 || this.buffer.length > this.prefetch / 2) {
         await this.sleep(this.pollMs);
         continue;
       }
@@ -238,10 +245,22 @@ export class Worker extends EventEmitter<WorkerEvents> {
         await Promise.all(rows.map((row) => this.release({ row, controller: new AbortController(), settled: true })));
         break;
       }
-      for (const row of rows) this.run(row);
+      this.buffer.push(...rows);
+      this.startBuffered();
       if (rows.length < free) await this.sleep(this.pollMs);
       else await new Promise<void>((resolve) => setImmediate(resolve));
     }
+  }
+
+  /** Starts buffered jobs while there are free slots. */
+  private startBuffered(): void {
+    while (this.buffer.length > 0 && this.running.size < this.concurrency && this.state === 'running') this.run(this.buffer.shift()!);
+  }
+
+  /** Hands the buffered jobs back to the queue, attempt not spent (graceful stop). */
+  private async releaseBuffered(): Promise<void> {
+    const rows = this.buffer.splice(0);
+    await Promise.all(rows.map((row) => this.release({ row, controller: new AbortController(), settled: true })));
   }
 
   /** Claims up to `limit` jobs, one statement per queue, starting from a rotating queue for fairness. */
@@ -273,6 +292,7 @@ export class Worker extends EventEmitter<WorkerEvents> {
         // The slot is free as soon as the handler is done; the outcome is written in the background.
         if (this.running.get(row.id) === entry) this.running.delete(row.id);
         this.finishing.set(row.id, entry);
+        this.startBuffered();
         if (this.state === 'running') this.poke();
         return this.record(entry, outcome, tx);
       })
@@ -342,7 +362,8 @@ export class Worker extends EventEmitter<WorkerEvents> {
 
   private async heartbeat(): Promise<void> {
     // Sorted by id, as the completer sorts its batches: rows are locked in array order, so the two cannot deadlock.
-    const entries = [...this.running.values(), ...this.finishing.values()].sort((a, b) => (a.row.id < b.row.id ? -1 : a.row.id > b.row.id ? 1 : 0));
+    const buffered: Running[] = this.buffer.map((row) => ({ row, controller: new AbortController(), settled: false }));
+    const entries = [...this.running.values(), ...this.finishing.values(), ...buffered].sort((a, b) => (a.row.id < b.row.id ? -1 : a.row.id > b.row.id ? 1 : 0));
     if (entries.length === 0) return;
     try {
       const { rows } = await this.driver.run<{ id: string }>(this.queries.heartbeat, [
@@ -351,6 +372,12 @@ export class Worker extends EventEmitter<WorkerEvents> {
         this.leaseMs,
       ]);
       const kept = new Set(rows.map((r) => r.id));
+      // A buffered job whose lease was lost (rescued) is dropped before it starts.
+      const sent = new Set(buffered.map((b) => b.row));
+      for (let i = this.buffer.length - 1; i >= 0; i--) {
+        const row = this.buffer[i]!;
+        if (sent.has(row) && !kept.has(row.id)) this.buffer.splice(i, 1);
+      }
       for (const e of entries) {
         if (!kept.has(e.row.id) && !e.settled && (this.running.get(e.row.id) === e || this.finishing.get(e.row.id) === e)) {
           // Lease lost (rescued, maybe running elsewhere): stop the handler; its result would be refused anyway.
