@@ -15,7 +15,7 @@ import { readStats, type MailroomStats } from './stats.ts';
 import { advanceVersion } from './versions.ts';
 import { checkRetentionAgainst, resolveRetention, type RetentionOptions, type RetentionPolicy } from './retention.ts';
 import { retentionQueries } from './jobs/retention-queries.ts';
-import { controlQueries } from './jobs/control-queries.ts';
+import { controlQueries, type ControlQueries } from './jobs/control-queries.ts';
 import { findJob, registeredJobs } from './registry.ts';
 import { migrate } from './storage/migrations.ts';
 import { explainDatabaseError } from './storage/explain.ts';
@@ -98,6 +98,8 @@ export class Mailroom {
   readonly versions: VersionsApi;
   private readonly retention: RetentionPolicy;
   private readonly admin: AdminQueries;
+  private readonly quotedSchema: string;
+  private readonly controlQueries: ControlQueries;
   private readonly queries: JobQueries;
   private readonly stepQueries: StepQueries;
   private readonly maintenance: Maintenance;
@@ -109,15 +111,17 @@ export class Mailroom {
     options: MailroomOptions,
   ) {
     this.schema = options.schema ?? 'mailroom';
-    this.queries = jobQueries(quoteSchema(this.schema));
-    this.stepQueries = stepQueries(quoteSchema(this.schema));
+    this.quotedSchema = quoteSchema(this.schema);
+    this.queries = jobQueries(this.quotedSchema);
+    this.stepQueries = stepQueries(this.quotedSchema);
+    this.controlQueries = controlQueries(this.quotedSchema);
     this.maxPayloadBytes = options.maxPayloadBytes ?? DEFAULT_MAX_PAYLOAD_BYTES;
     const rescueMs = toMilliseconds(options.rescueInterval ?? '5s', 'rescueInterval');
     this.retention = resolveRetention(options.retention);
-    this.maintenance = new Maintenance(driver, this.queries, retentionQueries(quoteSchema(this.schema)), this.retention, Math.max(10, rescueMs), (error) =>
+    this.maintenance = new Maintenance(driver, this.queries, retentionQueries(this.quotedSchema), this.retention, Math.max(10, rescueMs), (error) =>
       console.error('[mailroom] maintenance:', this.explain(error).message),
     );
-    const admin = adminQueries(quoteSchema(this.schema));
+    const admin = adminQueries(this.quotedSchema);
     this.admin = admin;
     this.jobs = {
       get: (id) => getJob(this.driver, this.queries, id).catch((e) => this.fail(e)),
@@ -126,7 +130,7 @@ export class Mailroom {
     };
     this.versions = {
       advance: (entity, version, opts = {}) =>
-        advanceVersion(opts.tx ? asQueryable(opts.tx) : this.driver, quoteSchema(this.schema), entity, version).catch((e) => this.fail(e)),
+        advanceVersion(opts.tx ? asQueryable(opts.tx) : this.driver, this.quotedSchema, entity, version).catch((e) => this.fail(e)),
     };
   }
 
@@ -203,7 +207,7 @@ export class Mailroom {
       }),
     );
     const maintenance = options.maintenance === false ? undefined : this.maintenance;
-    const worker = new Worker(this.driver, this.queries, this.stepQueries, controlQueries(quoteSchema(this.schema)), quoteSchema(this.schema), `${this.schema}_wakeup`, options, maintenance);
+    const worker = new Worker(this.driver, this.queries, this.stepQueries, this.controlQueries, this.quotedSchema, `${this.schema}_wakeup`, options, maintenance);
     this.workers.add(worker);
     return worker;
   }

@@ -40,6 +40,6 @@ export async function retryJob(driver: Driver, queries: AdminQueries, id: string
   if (!row) return { changed: false, state: undefined };
   const budget = findJob(row.type)?.retry.maxAttempts ?? row.max_attempts;
   const { rowCount } = await driver.run(queries.retry, [id, budget]);
-  if (rowCount > 0) return { changed: true, state: await currentState(driver, queries, id) };
+  if (rowCount > 0) return { changed: true, state: 'available' }; // the retry statement always sets it
   return { changed: false, state: await currentState(driver, queries, id) };
 }

@@ -16,6 +16,7 @@ export interface JobQueries {
   complete: NamedQuery;
   fail: NamedQuery;
   reschedule: NamedQuery;
+  releaseMany: NamedQuery;
   heartbeat: NamedQuery;
   rescueExpired: NamedQuery;
   getJob: NamedQuery;
@@ -127,6 +128,14 @@ export function jobQueries(quotedSchema: string): JobQueries {
               run_at = now() + $3::bigint * interval '1 millisecond', attempt = attempt - 1, locked_until = NULL
         WHERE id = $1 AND claim_count = $2 AND state = 'active'
        RETURNING id`,
+    ),
+    // $1 ids, $2 claim tokens. Graceful stop: claimed jobs back to the queue at once, the attempt not spent.
+    releaseMany: q(
+      'release_many',
+      `UPDATE ${s}.jobs AS j SET state = 'available', run_at = now(), attempt = j.attempt - 1, locked_until = NULL
+         FROM unnest($1::uuid[], $2::int[]) AS c(id, claim)
+        WHERE j.id = c.id AND j.claim_count = c.claim AND j.state = 'active'
+       RETURNING j.id, j.type`,
     ),
     // $1 ids, $2 claim tokens, $3 lease ms
     heartbeat: q(

@@ -59,11 +59,13 @@ export class Worker extends EventEmitter<WorkerEvents> {
   private readonly completer: Completer;
   private state: 'idle' | 'running' | 'stopping' | 'stopped' = 'idle';
   private loop: Promise<void> | undefined;
+  private stopping: Promise<void> | undefined;
   private wake: (() => void) | undefined;
   private woken = false;
   private nextQueue = 0;
   private readonly controls: QueueControls;
   private readonly recordDeps: RecordDeps;
+  private readonly executionDeps: ExecutionDeps;
   private readonly rateLimit: { max: number; perMs: number } | null;
   private readonly globalConcurrency: number | null;
   private abandoned = false;
@@ -93,6 +95,7 @@ export class Worker extends EventEmitter<WorkerEvents> {
     this.globalConcurrency = resolved.globalConcurrency;
     this.controls = new QueueControls(driver, queries, controlQueries, this.queues);
     this.completer = new Completer(driver, queries);
+    this.executionDeps = { driver, jobQueries: queries, stepQueries, leaseMs: this.leaseMs, workerId: this.id, quotedSchema };
     this.recordDeps = {
       driver,
       queries,
@@ -144,8 +147,13 @@ export class Worker extends EventEmitter<WorkerEvents> {
       this.state = 'stopped';
       return;
     }
-    if (this.state === 'stopping') return this.waitStopped();
+    if (this.state === 'stopping') return this.stopping;
     this.state = 'stopping';
+    this.stopping = this.shutDown(options);
+    return this.stopping;
+  }
+
+  private async shutDown(options: { timeout?: Duration }): Promise<void> {
     const timeoutMs = toMilliseconds(options.timeout ?? '30s', 'stop timeout');
     this.poke();
     await this.loop;
@@ -156,7 +164,7 @@ export class Worker extends EventEmitter<WorkerEvents> {
       r.settled = true;
       r.controller.abort(new Error('worker stopping: graceful stop timed out'));
     }
-    await Promise.all(unfinished.map((r) => this.release(r)));
+    await this.release(unfinished.map((r) => r.row));
     await this.completer.drain();
     await this.waitForRunning(Number.POSITIVE_INFINITY);
     this.shutdownTimers();
@@ -189,10 +197,6 @@ export class Worker extends EventEmitter<WorkerEvents> {
     if (this.heartbeatTimer) clearInterval(this.heartbeatTimer);
     this.heartbeatTimer = undefined;
     this.maintenance?.stop();
-  }
-
-  private async waitStopped(): Promise<void> {
-    while (this.state !== 'stopped') await new Promise((r) => setTimeout(r, 10));
   }
 
   private poke(): void {
@@ -242,7 +246,7 @@ export class Worker extends EventEmitter<WorkerEvents> {
       if (this.abandoned) break; // A crash: the claimed jobs wait for their leases to expire.
       if (this.state !== 'running') {
         // Stopped while claiming: hand the jobs straight back.
-        await Promise.all(rows.map((row) => this.release({ row, controller: new AbortController(), settled: true })));
+        await this.release(rows);
         break;
       }
       this.buffer.push(...rows);
@@ -258,9 +262,8 @@ export class Worker extends EventEmitter<WorkerEvents> {
   }
 
   /** Hands the buffered jobs back to the queue, attempt not spent (graceful stop). */
-  private async releaseBuffered(): Promise<void> {
-    const rows = this.buffer.splice(0);
-    await Promise.all(rows.map((row) => this.release({ row, controller: new AbortController(), settled: true })));
+  private releaseBuffered(): Promise<void> {
+    return this.release(this.buffer.splice(0));
   }
 
   /** Claims up to `limit` jobs, one statement per queue, starting from a rotating queue for fairness. */
@@ -277,15 +280,7 @@ export class Worker extends EventEmitter<WorkerEvents> {
   private run(row: ClaimedRow): void {
     const entry: Running = { row, controller: new AbortController(), settled: false };
     this.running.set(row.id, entry);
-    const deps: ExecutionDeps = {
-      driver: this.driver,
-      jobQueries: this.queries,
-      stepQueries: this.stepQueries,
-      leaseMs: this.leaseMs,
-      workerId: this.id,
-      quotedSchema: this.quotedSchema,
-    };
-    void execute(row, this.options.handlers[row.type] as JobHandler | undefined, entry.controller, deps)
+    void execute(row, this.options.handlers[row.type] as JobHandler | undefined, entry.controller, this.executionDeps)
       .then(async ({ outcome, tx }) => {
         // Back the queue off before this slot can claim again.
         if (outcome.kind === 'rate-limited' && !entry.settled) await this.withRetries(() => this.controls.pause(row.queue, outcome.delayMs));
@@ -335,11 +330,15 @@ export class Worker extends EventEmitter<WorkerEvents> {
     }
   }
 
-  private async release(entry: Running): Promise<void> {
-    if (this.abandoned) return;
+  /** Hands claimed jobs back in one statement (graceful stop); a job no longer ours is left alone. */
+  private async release(rows: ClaimedRow[]): Promise<void> {
+    if (this.abandoned || rows.length === 0) return;
     try {
-      const { rowCount } = await this.driver.run(this.queries.reschedule, [entry.row.id, entry.row.claim_count, 0]);
-      if (rowCount > 0) this.emit('released', { id: entry.row.id, type: entry.row.type });
+      const { rows: released } = await this.driver.run<{ id: string; type: string }>(this.queries.releaseMany, [
+        rows.map((r) => r.id),
+        rows.map((r) => r.claim_count),
+      ]);
+      for (const job of released) this.emit('released', job);
     } catch (error) {
       this.report(error); // The lease will expire and the job will be rescued.
     }
@@ -362,22 +361,16 @@ export class Worker extends EventEmitter<WorkerEvents> {
 
   private async heartbeat(): Promise<void> {
     // Sorted by id, as the completer sorts its batches: rows are locked in array order, so the two cannot deadlock.
-    const buffered: Running[] = this.buffer.map((row) => ({ row, controller: new AbortController(), settled: false }));
-    const entries = [...this.running.values(), ...this.finishing.values(), ...buffered].sort((a, b) => (a.row.id < b.row.id ? -1 : a.row.id > b.row.id ? 1 : 0));
-    if (entries.length === 0) return;
+    const entries = [...this.running.values(), ...this.finishing.values()];
+    const held = [...this.buffer];
+    const leased = [...entries.map((e) => e.row), ...held].sort((a, b) => (a.id < b.id ? -1 : a.id > b.id ? 1 : 0));
+    if (leased.length === 0) return;
     try {
-      const { rows } = await this.driver.run<{ id: string }>(this.queries.heartbeat, [
-        entries.map((e) => e.row.id),
-        entries.map((e) => e.row.claim_count),
-        this.leaseMs,
-      ]);
+      const { rows } = await this.driver.run<{ id: string }>(this.queries.heartbeat, [leased.map((r) => r.id), leased.map((r) => r.claim_count), this.leaseMs]);
       const kept = new Set(rows.map((r) => r.id));
-      // A buffered job whose lease was lost (rescued) is dropped before it starts.
-      const sent = new Set(buffered.map((b) => b.row));
-      for (let i = this.buffer.length - 1; i >= 0; i--) {
-        const row = this.buffer[i]!;
-        if (sent.has(row) && !kept.has(row.id)) this.buffer.splice(i, 1);
-      }
+      // A held (prefetched) job whose lease was lost (rescued) is dropped before it starts.
+      const lost = new Set(held.filter((row) => !kept.has(row.id)));
+      if (lost.size > 0) this.buffer.splice(0, this.buffer.length, ...this.buffer.filter((row) => !lost.has(row)));
       for (const e of entries) {
         if (!kept.has(e.row.id) && !e.settled && (this.running.get(e.row.id) === e || this.finishing.get(e.row.id) === e)) {
           // Lease lost (rescued, maybe running elsewhere): stop the handler; its result would be refused anyway.
