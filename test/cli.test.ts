@@ -12,6 +12,7 @@ import { join } from 'node:path';
 import { after, before, describe, test } from 'node:test';
 import { fileURLToPath } from 'node:url';
 import pg from 'pg';
+import type { Ledger as DemoLedger } from '../src/demo/ledger.ts';
 
 const MAIN = fileURLToPath(new URL('../src/cli/main.ts', import.meta.url));
 const TSX = import.meta.resolve('tsx');
@@ -53,23 +54,8 @@ function parseJson<T>(run: Run, what: string): T {
   }
 }
 
-/** The parts of the demo's ledger these tests check. */
-interface Ledger {
-  ok: boolean;
-  schema: string;
-  enqueued: number;
-  completed: number;
-  retried: { jobs: number; retries: number };
-  deadLettered: { total: number; byCategory: Record<string, number> };
-  expected: { completed: number; deadLettered: Record<string, number> };
-  crashes: { kind: string; count: number; workers: { worker: string; inFlight: number }[] };
-  rescued: number;
-  runs: { total: number; jobsRunMoreThanOnce: number };
-  effects: { applied: number; duplicated: number; missing: number };
-  lost: number;
-  runAfterCompletion: number;
-  unexpected: number;
-}
+/** The demo's ledger as `demo --json` prints it (src/demo/ledger.ts). */
+type Ledger = DemoLedger;
 
 /** What every demo run of 300 jobs must show, whatever the database and the kind of crash. */
 function assertDemoLedger(run: Run, crashKind: 'abandon' | 'sigkill'): Ledger {

@@ -6,7 +6,7 @@ import { describe, it } from 'node:test';
 import assert from 'node:assert/strict';
 import { defineJob, type Job, type JobContext } from '../src/index.ts';
 import { testDatabases } from './helpers/databases.ts';
-import { eventually, waitForEvents } from './helpers/events.ts';
+import { eventually, freezeHeartbeats, waitForEvents } from './helpers/events.ts';
 
 const quick = { maxAttempts: 5, backoff: { base: 5, max: 10 } } as const;
 
@@ -56,7 +56,7 @@ for (const db of testDatabases()) {
       const stale = mailroom.worker({ queues: ['fence'], lease: 200, maintenance: false, handlers: { [job.name]: async (_j: Job, ctx: JobContext) => { await gate; await bump(ctx); } } });
       await stale.start();
       await eventually(() => stale.activeCount === 1);
-      (stale as unknown as { shutdownTimers(): void }).shutdownTimers(); // no more heartbeats, as if paused
+      freezeHeartbeats(stale); // no more heartbeats, as if paused
       await eventually(async () => (await mailroom.maintain()).rescued === 1, 10_000, 'rescue');
       const fresh = mailroom.worker({ queues: ['fence'], maintenance: false, pollInterval: 20, handlers: { [job.name]: (_j: Job, ctx: JobContext) => bump(ctx) } });
       const freshDone = waitForEvents(fresh, 'completed', 1);

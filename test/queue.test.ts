@@ -9,7 +9,7 @@ import pg from 'pg';
 import type { PGlite } from '@electric-sql/pglite';
 import { defineJob, PermanentError, RetryableError, snooze, type Job } from '../src/index.ts';
 import { testDatabases } from './helpers/databases.ts';
-import { eventually, waitForEvents } from './helpers/events.ts';
+import { eventually, freezeHeartbeats, waitForEvents } from './helpers/events.ts';
 
 const quick = { maxAttempts: 3, backoff: { base: 5, max: 10 } } as const;
 
@@ -246,7 +246,7 @@ for (const db of testDatabases()) {
       });
       await stale.start();
       await started;
-      (stale as unknown as { shutdownTimers(): void }).shutdownTimers();
+      freezeHeartbeats(stale);
       await eventually(async () => (await sql<{ n: number }>(`SELECT count(*)::int AS n FROM "${schema}".jobs WHERE locked_until < now()`))[0]!.n === 1);
       assert.equal((await mailroom.maintain()).rescued, 1);
       const fresh = mailroom.worker({ queues: ['fence'], maintenance: false, pollInterval: 20, handlers: { [job.name]: () => {} } });

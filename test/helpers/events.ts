@@ -39,3 +39,12 @@ export async function eventually(check: () => Promise<boolean> | boolean, timeou
     await new Promise((r) => setTimeout(r, 20));
   }
 }
+
+/**
+ * Stops a worker's heartbeats and maintenance timers while its handlers keep
+ * running: to the database the worker looks paused (as under SIGSTOP), so its
+ * leases expire and can be rescued. The real SIGSTOP is in crash.test.ts.
+ */
+export function freezeHeartbeats(worker: Worker): void {
+  (worker as unknown as { shutdownTimers(): void }).shutdownTimers();
+}
