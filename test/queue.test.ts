@@ -373,6 +373,34 @@ for (const db of testDatabases()) {
       assert.ok(rows.every((r) => r.state === 'available' || (r.state === 'completed' && r.attempt === 1)), JSON.stringify(rows));
     });
 
+    it('prefetch: a held job whose lease was taken over is dropped, not run', async () => {
+      const { mailroom, schema, sql } = await db.open();
+      const job = defineJob<{ n: number }>('queue.prefetch-lost', { queue: 'prefetch-lost' });
+      await mailroom.enqueueMany(job, [{ n: 0 }, { n: 1 }, { n: 2 }]);
+      let release!: () => void;
+      const gate = new Promise<void>((r) => (release = r));
+      const ran: number[] = [];
+      const worker = mailroom.worker({
+        queues: ['prefetch-lost'],
+        concurrency: 1,
+        prefetch: 5,
+        lease: 150,
+        maintenance: false,
+        handlers: { [job.name]: async (j: Job<{ n: number }>) => { ran.push(j.data.n); if (j.data.n === 0) await gate; } },
+      });
+      await worker.start();
+      await eventually(async () => (await sql<{ n: number }>(`SELECT count(*)::int AS n FROM "${schema}".jobs WHERE state = 'active'`))[0]!.n === 3);
+      // Another worker takes job 2 over (as after a rescue and a new claim): its claim token moves on.
+      const dropped = waitForEvents(worker, 'stale', 1);
+      await sql(`UPDATE "${schema}".jobs SET claim_count = claim_count + 1 WHERE payload->>'n' = '2'`);
+      await dropped; // the next heartbeat (every 50 ms) finds it no longer ours
+      const done = waitForEvents(worker, 'completed', 2);
+      release();
+      await done;
+      await worker.stop();
+      assert.deepEqual(ran.sort(), [0, 1], 'job 2 was dropped from the held jobs, not run by the stale claim');
+    });
+
     it('prefetch: a crashed worker\'s held jobs are rescued and run', async () => {
       const { mailroom } = await db.open();
       const job = defineJob('queue.prefetch-crash', { queue: 'prefetch-crash' });

@@ -370,7 +370,10 @@ export class Worker extends EventEmitter<WorkerEvents> {
       const kept = new Set(rows.map((r) => r.id));
       // A held (prefetched) job whose lease was lost (rescued) is dropped before it starts.
       const lost = new Set(held.filter((row) => !kept.has(row.id)));
-      if (lost.size > 0) this.buffer.splice(0, this.buffer.length, ...this.buffer.filter((row) => !lost.has(row)));
+      if (lost.size > 0) {
+        this.buffer.splice(0, this.buffer.length, ...this.buffer.filter((row) => !lost.has(row)));
+        for (const row of lost) this.emit('stale', { id: row.id, type: row.type, attempt: row.attempt });
+      }
       for (const e of entries) {
         if (!kept.has(e.row.id) && !e.settled && (this.running.get(e.row.id) === e || this.finishing.get(e.row.id) === e)) {
           // Lease lost (rescued, maybe running elsewhere): stop the handler; its result would be refused anyway.
