@@ -8,12 +8,23 @@ interface Pending {
   reject: (error: unknown) => void;
 }
 
+/** What the completer needs from its worker. */
+export interface CompleterHooks {
+  /** Called with each failed write that will be retried. */
+  report(error: unknown): void;
+  /** True when retrying is pointless (the worker was stopped or abandoned). */
+  givingUp(): boolean;
+}
+
+const MAX_ATTEMPTS = 6;
+
 /**
  * Batches completions: every job that finishes while a flush is in flight
  * joins the next one, so under load one UPDATE completes many jobs and under
  * light load a completion is written at once. Each completion is fenced by the
  * job's claim token; `complete()` resolves to false for a job this worker no
- * longer owned.
+ * longer owned. A batch whose write fails (the database restarting) is
+ * retried with backoff, then rejected: those jobs are left to lease expiry.
  */
 export class Completer {
   private pending: Pending[] = [];
@@ -22,6 +33,7 @@ export class Completer {
   constructor(
     private readonly driver: Driver,
     private readonly queries: JobQueries,
+    private readonly hooks: CompleterHooks,
     private readonly maxBatch = 1000,
   ) {}
 
@@ -42,6 +54,23 @@ export class Completer {
     while (this.flushing) await this.flushing;
   }
 
+  private async write(batch: Pending[]): Promise<Set<string>> {
+    const ids = batch.map((p) => p.id);
+    const claims = batch.map((p) => p.claim);
+    let delay = 100;
+    for (let attempt = 1; ; attempt++) {
+      try {
+        const { rows } = await this.driver.run<{ id: string }>(this.queries.complete, [ids, claims]);
+        return new Set(rows.map((r) => r.id));
+      } catch (error) {
+        if (attempt >= MAX_ATTEMPTS || this.hooks.givingUp()) throw error;
+        this.hooks.report(error);
+        await new Promise((resolve) => setTimeout(resolve, delay));
+        delay = Math.min(delay * 2, 5000);
+      }
+    }
+  }
+
   private async flushLoop(): Promise<void> {
     try {
       await new Promise<void>((resolve) => setImmediate(resolve));
@@ -49,8 +78,7 @@ export class Completer {
         // Sorted by id: the heartbeat locks its rows in the same order, so the two cannot deadlock.
         const batch = this.pending.splice(0, this.maxBatch).sort((a, b) => (a.id < b.id ? -1 : a.id > b.id ? 1 : 0));
         try {
-          const { rows } = await this.driver.run<{ id: string }>(this.queries.complete, [batch.map((p) => p.id), batch.map((p) => p.claim)]);
-          const recorded = new Set(rows.map((r) => r.id));
+          const recorded = await this.write(batch);
           for (const p of batch) p.resolve(recorded.has(p.id));
         } catch (error) {
           for (const p of batch) p.reject(error);

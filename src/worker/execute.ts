@@ -11,6 +11,7 @@ import { HandlerTransaction } from './handler-tx.ts';
 import { idempotencyKey, runStep } from './steps.ts';
 import { advanceVersion } from '../versions.ts';
 import type { ClaimedRow, Job, JobContext, JobHandler } from './types.ts';
+import type { JobRun } from './job-run.ts';
 
 /** What running a handler needs from its worker. */
 export interface ExecutionDeps {
@@ -88,19 +89,18 @@ export function toJob(row: ClaimedRow): Job {
 }
 
 /**
- * Runs the handler for one claimed row and returns what should happen to the
- * job. Never throws. The controller's signal is what the handler sees; the
- * job's timeout aborts it and counts as a `timeout` failure.
+ * Runs the handler for one claimed job and returns what should happen to it.
+ * Never rejects. The run's signal is what the handler sees; the job's timeout
+ * aborts it and counts as a `timeout` failure. An abort decides the outcome at
+ * once, even if the handler ignores its signal and never settles.
  */
-export async function execute(
-  row: ClaimedRow,
-  handler: JobHandler | undefined,
-  controller: AbortController,
-  deps: ExecutionDeps,
-): Promise<Execution> {
+export function execute(run: JobRun, handler: JobHandler | undefined, deps: ExecutionDeps): Promise<Execution> {
+  const { row } = run;
   let tx: HandlerTransaction | undefined;
   const ctx: JobContext = {
-    signal: controller.signal,
+    get signal() {
+      return run.signal;
+    },
     workerId: deps.workerId,
     get tx() {
       tx ??= new HandlerTransaction(deps.driver, `${row.type} ${row.id}`, deps.leaseMs);
@@ -110,38 +110,52 @@ export async function execute(
     idempotencyKey: (name) => idempotencyKey(row, name),
     isNewer: (entity, version) => advanceVersion(ctx.tx, deps.quotedSchema, entity, version),
   };
-  const outcome = await runHandler(row, handler, controller, ctx);
-  return { outcome, tx };
+  return new Promise<Execution>((resolve) => {
+    let timer: NodeJS.Timeout | undefined;
+    let done = false;
+    const finish = (outcome: Outcome): void => {
+      if (done) return;
+      done = true;
+      if (timer) clearTimeout(timer);
+      run.onAbort(undefined);
+      resolve({ outcome, tx });
+    };
+    const aborted = (): Outcome => {
+      const reason = run.abortReason;
+      return reason instanceof JobTimeoutError ? decideFailure(row, reason) : { kind: 'abandoned' };
+    };
+    const threw = (error: unknown): Outcome => {
+      if (run.aborted) return aborted();
+      if (error instanceof RateLimitedError) {
+        return { kind: 'rate-limited', delayMs: toMilliseconds(error.after ?? '1s', 'RateLimitedError.after'), message: error.message };
+      }
+      return decideFailure(row, error);
+    };
+    const returned = (result: unknown): Outcome => {
+      if (run.aborted) return aborted();
+      return isSnooze(result) ? { kind: 'snoozed', delayMs: result.delayMs } : { kind: 'completed' };
+    };
+    if (!handler) {
+      finish(decideFailure(row, new UnknownJobTypeError(`no handler for job type "${row.type}" in this worker; register one in worker({ handlers })`)));
+      return;
+    }
+    run.onAbort(() => finish(aborted()));
+    if (run.aborted) return finish(aborted());
+    const timeoutMs = findJob(row.type)?.timeoutMs ?? null;
+    if (timeoutMs !== null) {
+      timer = setTimeout(() => run.abort(new JobTimeoutError(`job ${row.type} timed out after ${timeoutMs} ms`)), timeoutMs);
+    }
+    let result: unknown;
+    try {
+      result = handler(toJob(row), ctx);
+    } catch (error) {
+      return finish(threw(error));
+    }
+    if (isThenable(result)) result.then((value) => finish(returned(value)), (error: unknown) => finish(threw(error)));
+    else finish(returned(result));
+  });
 }
 
-async function runHandler(row: ClaimedRow, handler: JobHandler | undefined, controller: AbortController, ctx: JobContext): Promise<Outcome> {
-  if (!handler) {
-    return decideFailure(row, new UnknownJobTypeError(`no handler for job type "${row.type}" in this worker; register one in worker({ handlers })`));
-  }
-  const timeoutMs = findJob(row.type)?.timeoutMs ?? null;
-  let timer: NodeJS.Timeout | undefined;
-  const aborted = new Promise<'aborted'>((resolve) => {
-    if (controller.signal.aborted) resolve('aborted');
-    controller.signal.addEventListener('abort', () => resolve('aborted'), { once: true });
-  });
-  if (timeoutMs !== null) {
-    timer = setTimeout(() => controller.abort(new JobTimeoutError(`job ${row.type} timed out after ${timeoutMs} ms`)), timeoutMs);
-  }
-  try {
-    const result = await Promise.race([Promise.resolve().then(() => handler(toJob(row), ctx)), aborted]);
-    if (result === 'aborted' && controller.signal.aborted) {
-      const reason: unknown = controller.signal.reason;
-      return reason instanceof JobTimeoutError ? decideFailure(row, reason) : { kind: 'abandoned' };
-    }
-    if (isSnooze(result)) return { kind: 'snoozed', delayMs: result.delayMs };
-    return { kind: 'completed' };
-  } catch (error) {
-    if (controller.signal.aborted && !(controller.signal.reason instanceof JobTimeoutError)) return { kind: 'abandoned' };
-    if (error instanceof RateLimitedError) {
-      return { kind: 'rate-limited', delayMs: toMilliseconds(error.after ?? '1s', 'RateLimitedError.after'), message: error.message };
-    }
-    return decideFailure(row, controller.signal.reason instanceof JobTimeoutError ? controller.signal.reason : error);
-  } finally {
-    if (timer) clearTimeout(timer);
-  }
+function isThenable(value: unknown): value is PromiseLike<unknown> {
+  return typeof value === 'object' && value !== null && typeof (value as { then?: unknown }).then === 'function';
 }

@@ -47,7 +47,7 @@ export async function recordOutcome(deps: RecordDeps, row: ClaimedRow, outcome: 
   }
   await tx?.rollback();
   if (outcome.kind === 'completed') {
-    const recorded = await deps.withRetries(() => deps.completer.complete(row.id, row.claim_count));
+    const recorded = await deps.completer.complete(row.id, row.claim_count); // the completer retries its batches
     return recorded ? { kind: 'completed' } : { kind: 'stale' };
   }
   if (outcome.kind === 'snoozed' || outcome.kind === 'rate-limited') {

@@ -11,6 +11,8 @@ import type { Maintenance } from './maintenance.ts';
 import type { ClaimedRow, JobHandler } from './types.ts';
 import type { ControlQueries } from '../jobs/control-queries.ts';
 import { QueueControls } from './queue-controls.ts';
+import { HeldJobs } from './held-jobs.ts';
+import { JobRun } from './job-run.ts';
 import { resolveWorkerOptions, type WorkerOptions } from './options.ts';
 
 export type { WorkerOptions } from './options.ts';
@@ -30,12 +32,6 @@ export interface WorkerEvents {
   error: [error: unknown];
 }
 
-interface Running {
-  row: ClaimedRow;
-  controller: AbortController;
-  settled: boolean;
-}
-
 const MAX_ERROR_BACKOFF_MS = 5_000;
 
 /**
@@ -49,13 +45,13 @@ export class Worker extends EventEmitter<WorkerEvents> {
   private readonly concurrency: number;
   private readonly prefetch: number;
   /** Claimed jobs waiting for a free slot (prefetch); leased and heartbeated. */
-  private readonly buffer: ClaimedRow[] = [];
+  private readonly buffer = new HeldJobs();
   private readonly leaseMs: number;
   private readonly pollMs: number;
   /** Jobs whose handler runs now; they count against concurrency. */
-  private readonly running = new Map<string, Running>();
+  private readonly running = new Map<string, JobRun>();
   /** Jobs whose handler finished and whose outcome is being written; still heartbeated. */
-  private readonly finishing = new Map<string, Running>();
+  private readonly finishing = new Map<string, JobRun>();
   private readonly completer: Completer;
   private state: 'idle' | 'running' | 'stopping' | 'stopped' = 'idle';
   private loop: Promise<void> | undefined;
@@ -94,7 +90,7 @@ export class Worker extends EventEmitter<WorkerEvents> {
     this.rateLimit = resolved.rateLimit;
     this.globalConcurrency = resolved.globalConcurrency;
     this.controls = new QueueControls(driver, queries, controlQueries, this.queues);
-    this.completer = new Completer(driver, queries);
+    this.completer = new Completer(driver, queries, { report: (error) => this.report(error), givingUp: () => this.state === 'stopped' });
     this.executionDeps = { driver, jobQueries: queries, stepQueries, leaseMs: this.leaseMs, workerId: this.id, quotedSchema };
     this.recordDeps = {
       driver,
@@ -162,7 +158,7 @@ export class Worker extends EventEmitter<WorkerEvents> {
     const unfinished = [...this.running.values()].filter((r) => !r.settled);
     for (const r of unfinished) {
       r.settled = true;
-      r.controller.abort(new Error('worker stopping: graceful stop timed out'));
+      r.abort(new Error('worker stopping: graceful stop timed out'));
     }
     await this.release(unfinished.map((r) => r.row));
     await this.completer.drain();
@@ -184,11 +180,11 @@ export class Worker extends EventEmitter<WorkerEvents> {
     this.shutdownTimers();
     for (const r of this.running.values()) {
       r.settled = true;
-      r.controller.abort(new Error('worker abandoned'));
+      r.abort(new Error('worker abandoned'));
     }
     this.running.clear();
     this.finishing.clear();
-    this.buffer.length = 0;
+    this.buffer.takeAll();
     this.poke();
     void this.unlisten?.().catch(() => {});
   }
@@ -228,8 +224,8 @@ export class Worker extends EventEmitter<WorkerEvents> {
     let errorDelay = 0;
     while (this.state === 'running') {
       this.startBuffered();
-      const free = this.concurrency + this.prefetch - this.running.size - this.buffer.length;
-      if (free <= 0 || this.buffer.length > this.prefetch / 2) {
+      const free = this.concurrency + this.prefetch - this.running.size - this.buffer.size;
+      if (free <= 0 || this.buffer.size > this.prefetch / 2) {
         await this.sleep(this.pollMs);
         continue;
       }
@@ -249,7 +245,7 @@ export class Worker extends EventEmitter<WorkerEvents> {
         await this.release(rows);
         break;
       }
-      this.buffer.push(...rows);
+      this.buffer.push(rows);
       this.startBuffered();
       if (rows.length < free) await this.sleep(this.pollMs);
       else await new Promise<void>((resolve) => setImmediate(resolve));
@@ -258,12 +254,12 @@ export class Worker extends EventEmitter<WorkerEvents> {
 
   /** Starts buffered jobs while there are free slots. */
   private startBuffered(): void {
-    while (this.buffer.length > 0 && this.running.size < this.concurrency && this.state === 'running') this.run(this.buffer.shift()!);
+    while (this.buffer.size > 0 && this.running.size < this.concurrency && this.state === 'running') this.run(this.buffer.take()!);
   }
 
   /** Hands the buffered jobs back to the queue, attempt not spent (graceful stop). */
   private releaseBuffered(): Promise<void> {
-    return this.release(this.buffer.splice(0));
+    return this.release(this.buffer.takeAll());
   }
 
   /** Claims up to `limit` jobs, one statement per queue, starting from a rotating queue for fairness. */
@@ -278,28 +274,57 @@ export class Worker extends EventEmitter<WorkerEvents> {
   }
 
   private run(row: ClaimedRow): void {
-    const entry: Running = { row, controller: new AbortController(), settled: false };
+    const entry = new JobRun(row);
     this.running.set(row.id, entry);
-    void execute(row, this.options.handlers[row.type] as JobHandler | undefined, entry.controller, this.executionDeps)
-      .then(async ({ outcome, tx }) => {
+    void execute(entry, this.options.handlers[row.type] as JobHandler | undefined, this.executionDeps).then(({ outcome, tx }) => {
+      if (outcome.kind === 'rate-limited' && !entry.settled) {
         // Back the queue off before this slot can claim again.
-        if (outcome.kind === 'rate-limited' && !entry.settled) await this.withRetries(() => this.controls.pause(row.queue, outcome.delayMs));
-        // The slot is free as soon as the handler is done; the outcome is written in the background.
-        if (this.running.get(row.id) === entry) this.running.delete(row.id);
-        this.finishing.set(row.id, entry);
-        this.startBuffered();
-        if (this.state === 'running') this.poke();
-        return this.record(entry, outcome, tx);
-      })
-      .catch((error) => this.report(error))
-      .finally(() => {
-        if (this.running.get(row.id) === entry) this.running.delete(row.id);
-        if (this.finishing.get(row.id) === entry) this.finishing.delete(row.id);
-        for (const notify of this.settledWaiters) notify();
-      });
+        this.withRetries(() => this.controls.pause(row.queue, outcome.delayMs)).then(
+          () => this.finished(entry, outcome, tx),
+          (error: unknown) => {
+            this.report(error);
+            this.finished(entry, outcome, tx);
+          },
+        );
+      } else {
+        this.finished(entry, outcome, tx);
+      }
+    });
   }
 
-  private async record(entry: Running, outcome: Outcome, tx: HandlerTransaction | undefined): Promise<void> {
+  /** The handler is done: its slot is free at once, and its outcome is written in the background. */
+  private finished(entry: JobRun, outcome: Outcome, tx: HandlerTransaction | undefined): void {
+    const { row } = entry;
+    if (this.running.get(row.id) === entry) this.running.delete(row.id);
+    this.finishing.set(row.id, entry);
+    this.startBuffered();
+    if (this.state === 'running') this.poke();
+    const settle = (): void => {
+      if (this.finishing.get(row.id) === entry) this.finishing.delete(row.id);
+      for (const notify of this.settledWaiters) notify();
+    };
+    if (outcome.kind === 'completed' && tx === undefined && !entry.settled) {
+      // The hot path: a batched, fenced completion.
+      entry.settled = true;
+      this.completer.complete(row.id, row.claim_count).then(
+        (recorded) => {
+          if (!this.abandoned) this.emit(recorded ? 'completed' : 'stale', { id: row.id, type: row.type, attempt: row.attempt });
+          settle();
+        },
+        (error: unknown) => {
+          this.report(error);
+          settle();
+        },
+      );
+      return;
+    }
+    this.record(entry, outcome, tx).then(settle, (error: unknown) => {
+      this.report(error);
+      settle();
+    });
+  }
+
+  private async record(entry: JobRun, outcome: Outcome, tx: HandlerTransaction | undefined): Promise<void> {
     if (entry.settled || outcome.kind === 'abandoned') {
       await tx?.rollback();
       return;
@@ -362,7 +387,7 @@ export class Worker extends EventEmitter<WorkerEvents> {
   private async heartbeat(): Promise<void> {
     // Sorted by id, as the completer sorts its batches: rows are locked in array order, so the two cannot deadlock.
     const entries = [...this.running.values(), ...this.finishing.values()];
-    const held = [...this.buffer];
+    const held = this.buffer.toArray();
     const leased = [...entries.map((e) => e.row), ...held].sort((a, b) => (a.id < b.id ? -1 : a.id > b.id ? 1 : 0));
     if (leased.length === 0) return;
     try {
@@ -371,14 +396,14 @@ export class Worker extends EventEmitter<WorkerEvents> {
       // A held (prefetched) job whose lease was lost (rescued) is dropped before it starts.
       const lost = new Set(held.filter((row) => !kept.has(row.id)));
       if (lost.size > 0) {
-        this.buffer.splice(0, this.buffer.length, ...this.buffer.filter((row) => !lost.has(row)));
+        this.buffer.remove(lost);
         for (const row of lost) this.emit('stale', { id: row.id, type: row.type, attempt: row.attempt });
       }
       for (const e of entries) {
         if (!kept.has(e.row.id) && !e.settled && (this.running.get(e.row.id) === e || this.finishing.get(e.row.id) === e)) {
           // Lease lost (rescued, maybe running elsewhere): stop the handler; its result would be refused anyway.
           e.settled = true;
-          e.controller.abort(new Error('lease lost: the job was rescued after its lease expired'));
+          e.abort(new Error('lease lost: the job was rescued after its lease expired'));
           this.emit('stale', { id: e.row.id, type: e.row.type, attempt: e.row.attempt });
         }
       }

@@ -1,0 +1,50 @@
+import type { ClaimedRow } from './types.ts';
+
+/**
+ * One claimed job while this worker runs it: whether its outcome is taken,
+ * and its abort state. The `AbortSignal` handed to the handler is made on
+ * first use only: most handlers never read `ctx.signal`, and an
+ * `AbortController` per job was a measurable part of the worker's CPU time.
+ */
+export class JobRun {
+  /** True once an outcome was taken (recorded, or given up on abort). */
+  settled = false;
+  private controller: AbortController | undefined;
+  private abortState: { reason: unknown } | undefined;
+  private abortListener: (() => void) | undefined;
+
+  constructor(readonly row: ClaimedRow) {}
+
+  /** The signal the handler sees as `ctx.signal`. */
+  get signal(): AbortSignal {
+    if (!this.controller) {
+      this.controller = new AbortController();
+      if (this.abortState) this.controller.abort(this.abortState.reason);
+    }
+    return this.controller.signal;
+  }
+
+  get aborted(): boolean {
+    return this.abortState !== undefined;
+  }
+
+  /** Why the run was aborted (undefined while it was not). */
+  get abortReason(): unknown {
+    return this.abortState?.reason;
+  }
+
+  /** Aborts the run: the handler's signal fires and the abort listener is called. Later calls do nothing. */
+  abort(reason: unknown): void {
+    if (this.abortState) return;
+    this.abortState = { reason };
+    this.controller?.abort(reason);
+    const listener = this.abortListener;
+    this.abortListener = undefined;
+    listener?.();
+  }
+
+  /** Sets the one listener called on abort (the runner's); undefined removes it. */
+  onAbort(listener: (() => void) | undefined): void {
+    this.abortListener = listener;
+  }
+}
