@@ -110,6 +110,7 @@ CREATE INDEX jobs_correlation_idx ON :"schema".jobs USING btree (correlation_id)
 CREATE UNIQUE INDEX jobs_dedup_key_idx ON :"schema".jobs USING btree (type, dedup_key) WHERE ((dedup_key IS NOT NULL) AND (state = ANY (ARRAY['scheduled'::text, 'available'::text, 'active'::text, 'retrying'::text])));
 CREATE INDEX jobs_finished_idx ON :"schema".jobs USING btree (state, finished_at, queue) WHERE (state = ANY (ARRAY['completed'::text, 'dead'::text, 'cancelled'::text]));
 CREATE INDEX jobs_lease_idx ON :"schema".jobs USING btree (locked_until) WHERE (state = 'active'::text);
+CREATE INDEX jobs_ordering_holder_idx ON :"schema".jobs USING btree (queue, ordering_key) WHERE ((ordering_key IS NOT NULL) AND (NOT blocked) AND ((state = ANY (ARRAY['scheduled'::text, 'available'::text, 'active'::text, 'retrying'::text])) OR ((state = 'dead'::text) AND hold_key_when_dead)));
 CREATE INDEX jobs_ordering_idx ON :"schema".jobs USING btree (queue, ordering_key, ordering_seq) WHERE ((ordering_key IS NOT NULL) AND (state <> ALL (ARRAY['completed'::text, 'cancelled'::text])));
 -- (made by its constraint) CREATE UNIQUE INDEX jobs_pkey ON :"schema".jobs USING btree (id);
 -- (made by its constraint) CREATE UNIQUE INDEX migrations_pkey ON :"schema".migrations USING btree (version);
@@ -160,8 +161,6 @@ CREATE OR REPLACE FUNCTION :"schema".ordering_release()
  LANGUAGE plpgsql
  SET search_path TO :'schema'
 AS $function$
-DECLARE
-  next_id uuid;
 BEGIN
   IF NOT (OLD.state IN ('scheduled', 'available', 'active', 'retrying') OR (OLD.state = 'dead' AND OLD.hold_key_when_dead))
      OR (NEW.state IN ('scheduled', 'available', 'active', 'retrying') OR (NEW.state = 'dead' AND NEW.hold_key_when_dead)) THEN
@@ -169,18 +168,16 @@ BEGIN
   END IF;
   INSERT INTO ordering_keys AS k (queue, key) VALUES (NEW.queue, NEW.ordering_key)
     ON CONFLICT (queue, key) DO UPDATE SET touched_at = now();
-  IF EXISTS (
-    SELECT 1 FROM jobs AS j
-     WHERE j.queue = NEW.queue AND j.ordering_key = NEW.ordering_key AND NOT j.blocked
-       AND (j.state IN ('scheduled', 'available', 'active', 'retrying') OR (j.state = 'dead' AND j.hold_key_when_dead))) THEN
-    RETURN NULL; -- another job already holds the key
-  END IF;
-  SELECT j.id INTO next_id FROM jobs AS j
-   WHERE j.queue = NEW.queue AND j.ordering_key = NEW.ordering_key AND j.blocked
-     AND j.state IN ('scheduled', 'available', 'retrying')
-   ORDER BY j.ordering_seq LIMIT 1;
-  IF next_id IS NOT NULL THEN
-    UPDATE jobs SET blocked = false WHERE id = next_id;
+  UPDATE jobs SET blocked = false
+   WHERE id = (SELECT j.id FROM jobs AS j
+                WHERE j.queue = NEW.queue AND j.ordering_key = NEW.ordering_key AND j.blocked
+                  AND j.state IN ('scheduled', 'available', 'retrying')
+                ORDER BY j.ordering_seq LIMIT 1)
+     AND NOT EXISTS (
+       SELECT 1 FROM jobs AS h
+        WHERE h.queue = NEW.queue AND h.ordering_key = NEW.ordering_key AND NOT h.blocked
+          AND (h.state IN ('scheduled', 'available', 'active', 'retrying') OR (h.state = 'dead' AND h.hold_key_when_dead)));
+  IF FOUND THEN
     PERFORM pg_notify(TG_TABLE_SCHEMA || '_wakeup', NEW.queue);
   END IF;
   RETURN NULL;
@@ -190,8 +187,9 @@ $function$;
 -- Triggers
 
 CREATE TRIGGER jobs_notify_new AFTER INSERT ON :"schema".jobs REFERENCING NEW TABLE AS new_jobs FOR EACH STATEMENT EXECUTE FUNCTION :"schema".notify_new_jobs();
-CREATE TRIGGER jobs_ordering_acquire BEFORE INSERT OR UPDATE OF state ON :"schema".jobs FOR EACH ROW WHEN ((new.ordering_key IS NOT NULL)) EXECUTE FUNCTION :"schema".ordering_acquire();
-CREATE TRIGGER jobs_ordering_release AFTER UPDATE OF state ON :"schema".jobs FOR EACH ROW WHEN (((new.ordering_key IS NOT NULL) AND (old.state IS DISTINCT FROM new.state))) EXECUTE FUNCTION :"schema".ordering_release();
+CREATE TRIGGER jobs_ordering_acquire BEFORE INSERT ON :"schema".jobs FOR EACH ROW WHEN ((new.ordering_key IS NOT NULL)) EXECUTE FUNCTION :"schema".ordering_acquire();
+CREATE TRIGGER jobs_ordering_release AFTER UPDATE OF state ON :"schema".jobs FOR EACH ROW WHEN (((new.ordering_key IS NOT NULL) AND ((old.state = ANY (ARRAY['scheduled'::text, 'available'::text, 'active'::text, 'retrying'::text])) OR ((old.state = 'dead'::text) AND old.hold_key_when_dead)) AND (NOT ((new.state = ANY (ARRAY['scheduled'::text, 'available'::text, 'active'::text, 'retrying'::text])) OR ((new.state = 'dead'::text) AND new.hold_key_when_dead))))) EXECUTE FUNCTION :"schema".ordering_release();
+CREATE TRIGGER jobs_ordering_retake BEFORE UPDATE OF state ON :"schema".jobs FOR EACH ROW WHEN (((new.ordering_key IS NOT NULL) AND (NOT ((old.state = ANY (ARRAY['scheduled'::text, 'available'::text, 'active'::text, 'retrying'::text])) OR ((old.state = 'dead'::text) AND old.hold_key_when_dead))) AND ((new.state = ANY (ARRAY['scheduled'::text, 'available'::text, 'active'::text, 'retrying'::text])) OR ((new.state = 'dead'::text) AND new.hold_key_when_dead)))) EXECUTE FUNCTION :"schema".ordering_acquire();
 
 -- Comments
 

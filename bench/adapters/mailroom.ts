@@ -1,11 +1,11 @@
-/** mailroom itself, from this working tree (src/), on its own fresh database, default settings. */
+/** mailroom itself, built from this working tree (dist/, what users run), on its own fresh database, default settings. */
 import pg from 'pg';
-import { createMailroom, defineJob, type Mailroom, type Worker } from '../../src/index.ts';
+import { createMailroom, defineJob, type Mailroom, type Worker } from '../../dist/index.js';
 import { createDatabase, dropDatabase } from '../db.ts';
 import type { Adapter, AdapterContext, BenchPayload, OnJob, WorkerSettings } from './types.ts';
 
 /** Jobs claimed ahead of free slots: mailroom's counterpart of graphile-worker's local queue. */
-const PREFETCH = 300;
+const PREFETCH = 1000;
 
 const noop = defineJob<BenchPayload>('bench.noop', { queue: 'bench' });
 

@@ -4,7 +4,7 @@
  * its count of completed jobs every few milliseconds, and on `stop` stops and
  * sends back the time of each completion.
  */
-import { createMailroom, defineJob } from '../../src/index.ts';
+import { createMailroom, defineJob } from '../../dist/index.js';
 import { now } from '../stats.ts';
 
 export interface ScaleWorkerConfig {

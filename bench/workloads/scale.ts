@@ -11,7 +11,7 @@
  */
 import pg from 'pg';
 import type { ChildProcess } from 'node:child_process';
-import { createMailroom, defineJob } from '../../src/index.ts';
+import { createMailroom, defineJob } from '../../dist/index.js';
 import { createDatabase, dropDatabase } from '../db.ts';
 import { forkTs, nextMessage } from '../spawn.ts';
 import { now, payloads } from '../stats.ts';

@@ -310,6 +310,8 @@ export class Worker extends EventEmitter<WorkerEvents> {
         (recorded) => {
           if (!this.abandoned) this.emit(recorded ? 'completed' : 'stale', { id: row.id, type: row.type, attempt: row.attempt });
           settle();
+          // A committed completion may have unblocked the next job of an ordering key: look again.
+          if (this.state === 'running') this.poke();
         },
         (error: unknown) => {
           this.report(error);
