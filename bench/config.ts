@@ -35,6 +35,8 @@ export interface BenchConfig {
   ceilingSeconds: number;
   claimBatch: number;
   claimLoops: number;
+  /** Turn the server's autovacuum on for the run (and back off after) when it is off. */
+  autovacuum: boolean;
   /** Interleaved rounds of drain and enqueue; the median is reported. */
   rounds: number;
   timeoutMs: number;
@@ -47,6 +49,8 @@ PostgreSQL backend on this machine, in one run, and the PostgreSQL ceiling.
 
   --quick               small sizes: the whole run takes under a minute
   --big                 add a 1,000,000-job backlog to the scale workload
+  --autovacuum          turn the server's autovacuum on for the run if it is off (PostgreSQL's
+                        default; ALTER SYSTEM + reload, reset at the end; needs a superuser)
   --json                print the results as JSON (the table goes to stderr)
   --out FILE            also write the JSON results to FILE
   --systems a,b         among: ${SYSTEMS.join(', ')}
@@ -107,8 +111,9 @@ export function parseArgs(argv: readonly string[]): BenchConfig | 'help' {
     backlogs: quick ? [2000, 10_000] : [10_000, 100_000],
     orderingKeys: 100,
     ceilingSeconds: quick ? 1 : 5,
-    claimBatch: 100,
+    claimBatch: 1000,
     claimLoops: 4,
+    autovacuum: false,
     rounds: quick ? 1 : 3,
     timeoutMs: 600_000,
   };
@@ -186,6 +191,9 @@ export function parseArgs(argv: readonly string[]): BenchConfig | 'help' {
       case '--ordering-keys':
         c.orderingKeys = Number(value());
         if (!Number.isInteger(c.orderingKeys) || c.orderingKeys < 0) throw new Error('--ordering-keys must be an integer, 0 or more');
+        break;
+      case '--autovacuum':
+        c.autovacuum = true;
         break;
       case '--ceiling-seconds':
         c.ceilingSeconds = positiveInt(arg, value());

@@ -79,3 +79,22 @@ export async function serverInfo(serverUrl: string): Promise<ServerInfo> {
     return { version: v[0]?.server_version ?? 'unknown', settings: Object.fromEntries(rows.map((r) => [r.name, r.setting])) };
   });
 }
+
+/**
+ * `--autovacuum`: turns the server's autovacuum on for the run (ALTER SYSTEM and
+ * a reload; PostgreSQL's default is on) when it is off, and returns how to put
+ * the setting back. Needs a superuser.
+ */
+export async function enableAutovacuum(serverUrl: string): Promise<(() => Promise<void>) | undefined> {
+  return withAdmin(serverUrl, async (c) => {
+    const { rows } = await c.query<{ on: boolean }>(`SELECT current_setting('autovacuum')::boolean AS on`);
+    if (rows[0]?.on) return undefined;
+    await c.query('ALTER SYSTEM SET autovacuum = on');
+    await c.query('SELECT pg_reload_conf()');
+    return () =>
+      withAdmin(serverUrl, async (admin) => {
+        await admin.query('ALTER SYSTEM RESET autovacuum');
+        await admin.query('SELECT pg_reload_conf()');
+      });
+  });
+}

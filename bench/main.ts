@@ -16,7 +16,7 @@ import type { LatencyResult } from './workloads/latency.ts';
 import type { ScaleResult } from './workloads/scale.ts';
 import type { CeilingResult } from './workloads/ceiling.ts';
 import { HELP, parseArgs, type BenchConfig } from './config.ts';
-import { dropLeftovers } from './db.ts';
+import { dropLeftovers, enableAutovacuum } from './db.ts';
 import { machineInfo } from './machine.ts';
 import { report } from './report.ts';
 import type { Outcome, Results } from './results.ts';
@@ -25,6 +25,8 @@ import { now } from './stats.ts';
 
 const runId = `mrbench_${Date.now().toString(36)}`;
 const children = new Set<ChildProcess>();
+/** Puts the server's autovacuum setting back (`--autovacuum`). */
+let restoreAutovacuum: (() => Promise<void>) | undefined;
 
 function log(line: string): void {
   process.stderr.write(`${line}\n`);
@@ -81,6 +83,10 @@ async function main(): Promise<void> {
   }
   const config = parsed;
   const started = now();
+  if (config.autovacuum) {
+    restoreAutovacuum = await enableAutovacuum(config.serverUrl);
+    if (restoreAutovacuum) log('autovacuum turned on for this run (ALTER SYSTEM); it is reset at the end');
+  }
   const machine = await machineInfo(config.serverUrl, config.redisUrl);
   const { json: _json, out: _out, ...shown } = config;
   shown.serverUrl = withoutPassword(shown.serverUrl);
@@ -206,6 +212,7 @@ async function main(): Promise<void> {
   }
 
   const left = await dropLeftovers(config.serverUrl, runId).catch(() => []);
+  await putAutovacuumBack();
   if (left.length > 0) log(`dropped databases a failed teardown left behind: ${left.join(', ')}`);
   results.machine.loadAtEnd = os.loadavg().map((v) => Math.round(v * 100) / 100);
   results.seconds = (now() - started) / 1000;
@@ -231,9 +238,16 @@ async function main(): Promise<void> {
   }
 }
 
+async function putAutovacuumBack(): Promise<void> {
+  const restore = restoreAutovacuum;
+  restoreAutovacuum = undefined;
+  await restore?.().catch((error: unknown) => log(`could not reset autovacuum (ALTER SYSTEM RESET autovacuum): ${String(error)}`));
+}
+
 async function interrupted(signal: NodeJS.Signals): Promise<void> {
   log(`\n${signal}: stopping; dropping this run's databases (${runId}_*)`);
   for (const c of children) c.kill('SIGKILL');
+  await putAutovacuumBack();
   try {
     const dropped = await dropLeftovers(parseArgsSafe().serverUrl, runId);
     if (dropped.length > 0) log(`dropped ${dropped.join(', ')}`);
@@ -251,7 +265,8 @@ function parseArgsSafe(): BenchConfig {
 
 process.once('SIGINT', (s) => void interrupted(s));
 process.once('SIGTERM', (s) => void interrupted(s));
-main().catch((error: unknown) => {
+main().catch(async (error: unknown) => {
   log(error instanceof Error ? (error.stack ?? error.message) : String(error));
+  await putAutovacuumBack();
   process.exitCode = 1;
 });
