@@ -5,7 +5,7 @@ import { createDatabase, dropDatabase } from '../db.ts';
 import type { Adapter, AdapterContext, BenchPayload, OnJob, WorkerSettings } from './types.ts';
 
 /** Jobs claimed ahead of free slots: mailroom's counterpart of graphile-worker's local queue. */
-const PREFETCH = 1000;
+export const PREFETCH = 1000;
 
 const noop = defineJob<BenchPayload>('bench.noop', { queue: 'bench' });
 

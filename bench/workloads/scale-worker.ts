@@ -5,6 +5,7 @@
  * sends back the time of each completion.
  */
 import { createMailroom, defineJob } from '../../dist/index.js';
+import { PREFETCH } from '../adapters/mailroom.ts';
 import { now } from '../stats.ts';
 
 export interface ScaleWorkerConfig {
@@ -24,7 +25,7 @@ async function main(config: ScaleWorkerConfig): Promise<void> {
   const mailroom = await createMailroom({ database: config.url });
   const times = new Float64Array(config.capacity);
   let n = 0;
-  const worker = mailroom.worker({ queues: ['bench'], concurrency: config.concurrency, handlers: { [noop.name]: async () => {} } });
+  const worker = mailroom.worker({ queues: ['bench'], concurrency: config.concurrency, prefetch: PREFETCH, handlers: { [noop.name]: async () => {} } });
   worker.on('completed', () => {
     if (n < times.length) times[n] = now();
     n++;

@@ -3,7 +3,8 @@
  * a drain by one process of a backlog of 10k, 100k (or 1M) waiting jobs, and
  * the same drain as the 1-process one with every job under one of K ordering
  * keys (per-key ordering must cost little).
- * Each process runs mailroom's defaults with the benchmark's concurrency. The
+ * Each process runs mailroom's defaults with the benchmark's concurrency and the
+ * drain's prefetch (bench/adapters/mailroom.ts). The
  * clock starts when the already connected processes are told to start and
  * stops at the last recorded completion ('completed' event: the completion is
  * committed). The steady rate is taken over completions 1,000 to 1,000 + W,
