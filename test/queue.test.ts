@@ -418,6 +418,34 @@ for (const db of testDatabases()) {
       assert.equal((await mailroom.stats()).queues['prefetch-crash']?.active ?? 0, 0);
     });
 
+    it('heartbeats every 100 ms over hundreds of held jobs never deadlock with the batched completions', { skip: db.name === 'pglite' && 'one connection: no two statements run at once' }, async () => {
+      // A heartbeat and a completion both update many of this worker's rows; PostgreSQL locks them in
+      // plan order, so run at once on two connections they could deadlock (seen in the benchmark).
+      const { mailroom, schema, sql } = await db.open();
+      const job = defineJob('queue.heartbeat-race', { queue: 'heartbeat-race' });
+      const total = 3000;
+      await mailroom.enqueueMany(job, Array.from({ length: total }, () => ({})));
+      const worker = mailroom.worker({
+        queues: ['heartbeat-race'],
+        concurrency: 20,
+        prefetch: 500,
+        lease: 300, // heartbeat every 100 ms
+        handlers: { [job.name]: () => new Promise<void>((resolve) => setImmediate(resolve)) },
+      });
+      const errors: unknown[] = [];
+      const stale: string[] = [];
+      worker.on('error', (error) => errors.push(error));
+      worker.on('stale', (j) => stale.push(j.id));
+      const done = waitForEvents(worker, 'completed', total, 60_000);
+      await worker.start();
+      await done;
+      await worker.stop();
+      assert.deepEqual(errors.map((e) => (e instanceof Error ? e.message : String(e))), []);
+      assert.deepEqual(stale, []);
+      const rows = await sql<{ n: number }>(`SELECT count(*)::int AS n FROM "${schema}".jobs WHERE state = 'completed' AND attempt = 1`);
+      assert.equal(rows[0]!.n, total);
+    });
+
     it('NOTIFY wakes an idle worker: a job runs without waiting for the poll', async () => {
       const { mailroom } = await db.open();
       const job = defineJob('queue.wake', { queue: 'wake' });

@@ -15,6 +15,7 @@ import { DEFAULT_MAX_PAYLOAD_BYTES, serializePayload } from '../src/payload.ts';
 import { backoffDelay, DEFAULT_MAX_ATTEMPTS, resolveRetryPolicy, type RetryOptions } from '../src/retry/backoff.ts';
 import { defaultClassifier, JobTimeoutError, UnknownJobTypeError } from '../src/retry/classify.ts';
 import { decideFailure } from '../src/worker/execute.ts';
+import { SerialLane } from '../src/worker/serial-lane.ts';
 import type { ClaimedRow } from '../src/worker/types.ts';
 
 /** Asserts `fn` throws a ValidationError whose message matches every pattern. */
@@ -468,5 +469,27 @@ describe('decideFailure', () => {
     assert.equal(decideFailure(row(def.name, 1, 5), 'x').stack, null);
     const huge = decideFailure(row(def.name, 1, 5), new Error('m'.repeat(50_000)));
     assert.ok(huge.message.length <= 10_000, 'long messages are truncated');
+  });
+});
+
+describe('SerialLane', () => {
+  test('runs tasks one at a time in the order given; a failed task does not stop the next', async () => {
+    const lane = new SerialLane();
+    const log: string[] = [];
+    let running = 0;
+    const task = (name: string, fail = false) => async () => {
+      running++;
+      assert.equal(running, 1, `${name} started while another task ran`);
+      log.push(`start ${name}`);
+      await new Promise((resolve) => setTimeout(resolve, 5));
+      log.push(`end ${name}`);
+      running--;
+      if (fail) throw new Error(`${name} failed`);
+      return name;
+    };
+    const results = await Promise.allSettled([lane.run(task('a')), lane.run(task('b', true)), lane.run(task('c'))]);
+    assert.deepEqual(log, ['start a', 'end a', 'start b', 'end b', 'start c', 'end c']);
+    assert.deepEqual(results.map((r) => r.status), ['fulfilled', 'rejected', 'fulfilled']);
+    assert.equal(results[2]?.status === 'fulfilled' ? results[2].value : undefined, 'c');
   });
 });

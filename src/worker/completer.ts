@@ -14,6 +14,8 @@ export interface CompleterHooks {
   report(error: unknown): void;
   /** True when retrying is pointless (the worker was stopped or abandoned). */
   givingUp(): boolean;
+  /** Runs the write in the worker's lane for multi-row writes (see SerialLane). */
+  serialize<T>(write: () => Promise<T>): Promise<T>;
 }
 
 const MAX_ATTEMPTS = 6;
@@ -60,7 +62,7 @@ export class Completer {
     let delay = 100;
     for (let attempt = 1; ; attempt++) {
       try {
-        const { rows } = await this.driver.run<{ id: string }>(this.queries.complete, [ids, claims]);
+        const { rows } = await this.hooks.serialize(() => this.driver.run<{ id: string }>(this.queries.complete, [ids, claims]));
         return new Set(rows.map((r) => r.id));
       } catch (error) {
         if (attempt >= MAX_ATTEMPTS || this.hooks.givingUp()) throw error;
@@ -75,8 +77,7 @@ export class Completer {
     try {
       await new Promise<void>((resolve) => setImmediate(resolve));
       while (this.pending.length > 0) {
-        // Sorted by id: the heartbeat locks its rows in the same order, so the two cannot deadlock.
-        const batch = this.pending.splice(0, this.maxBatch).sort((a, b) => (a.id < b.id ? -1 : a.id > b.id ? 1 : 0));
+        const batch = this.pending.splice(0, this.maxBatch);
         try {
           const recorded = await this.write(batch);
           for (const p of batch) p.resolve(recorded.has(p.id));

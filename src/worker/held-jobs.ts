@@ -45,9 +45,14 @@ export class HeldJobs {
     return all;
   }
 
-  /** Drops the held jobs in `lost`. */
-  remove(lost: ReadonlySet<ClaimedRow>): void {
-    this.rows = this.toArray().filter((row) => !lost.has(row));
+  /** Drops the held jobs in `lost`; returns those that were still held. */
+  remove(lost: ReadonlySet<ClaimedRow>): ClaimedRow[] {
+    if (lost.size === 0) return [];
+    const removed: ClaimedRow[] = [];
+    const kept: ClaimedRow[] = [];
+    for (const row of this.toArray()) (lost.has(row) ? removed : kept).push(row);
+    this.rows = kept;
     this.head = 0;
+    return removed;
   }
 }

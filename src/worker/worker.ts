@@ -13,6 +13,7 @@ import type { ControlQueries } from '../jobs/control-queries.ts';
 import { QueueControls } from './queue-controls.ts';
 import { HeldJobs } from './held-jobs.ts';
 import { JobRun } from './job-run.ts';
+import { SerialLane } from './serial-lane.ts';
 import { resolveWorkerOptions, type WorkerOptions } from './options.ts';
 
 export type { WorkerOptions } from './options.ts';
@@ -53,6 +54,9 @@ export class Worker extends EventEmitter<WorkerEvents> {
   /** Jobs whose handler finished and whose outcome is being written; still heartbeated. */
   private readonly finishing = new Map<string, JobRun>();
   private readonly completer: Completer;
+  /** Completions, heartbeats and releases of this worker's jobs, one at a time (see SerialLane). */
+  private readonly lane = new SerialLane();
+  private heartbeating = false;
   private state: 'idle' | 'running' | 'stopping' | 'stopped' = 'idle';
   private loop: Promise<void> | undefined;
   private stopping: Promise<void> | undefined;
@@ -90,7 +94,11 @@ export class Worker extends EventEmitter<WorkerEvents> {
     this.rateLimit = resolved.rateLimit;
     this.globalConcurrency = resolved.globalConcurrency;
     this.controls = new QueueControls(driver, queries, controlQueries, this.queues);
-    this.completer = new Completer(driver, queries, { report: (error) => this.report(error), givingUp: () => this.state === 'stopped' });
+    this.completer = new Completer(driver, queries, {
+      report: (error) => this.report(error),
+      givingUp: () => this.state === 'stopped',
+      serialize: (write) => this.lane.run(write),
+    });
     this.executionDeps = { driver, jobQueries: queries, stepQueries, leaseMs: this.leaseMs, workerId: this.id, quotedSchema };
     this.recordDeps = {
       driver,
@@ -361,10 +369,9 @@ export class Worker extends EventEmitter<WorkerEvents> {
   private async release(rows: ClaimedRow[]): Promise<void> {
     if (this.abandoned || rows.length === 0) return;
     try {
-      const { rows: released } = await this.driver.run<{ id: string; type: string }>(this.queries.releaseMany, [
-        rows.map((r) => r.id),
-        rows.map((r) => r.claim_count),
-      ]);
+      const { rows: released } = await this.lane.run(() =>
+        this.driver.run<{ id: string; type: string }>(this.queries.releaseMany, [rows.map((r) => r.id), rows.map((r) => r.claim_count)]),
+      );
       for (const job of released) this.emit('released', job);
     } catch (error) {
       this.report(error); // The lease will expire and the job will be rescued.
@@ -387,30 +394,35 @@ export class Worker extends EventEmitter<WorkerEvents> {
   }
 
   private async heartbeat(): Promise<void> {
-    // Sorted by id, as the completer sorts its batches: rows are locked in array order, so the two cannot deadlock.
-    const entries = [...this.running.values(), ...this.finishing.values()];
-    const held = this.buffer.toArray();
-    const leased = [...entries.map((e) => e.row), ...held].sort((a, b) => (a.id < b.id ? -1 : a.id > b.id ? 1 : 0));
-    if (leased.length === 0) return;
+    if (this.heartbeating) return; // the previous one is still queued or running
+    this.heartbeating = true;
     try {
-      const { rows } = await this.driver.run<{ id: string }>(this.queries.heartbeat, [leased.map((r) => r.id), leased.map((r) => r.claim_count), this.leaseMs]);
-      const kept = new Set(rows.map((r) => r.id));
-      // A held (prefetched) job whose lease was lost (rescued) is dropped before it starts.
-      const lost = new Set(held.filter((row) => !kept.has(row.id)));
-      if (lost.size > 0) {
-        this.buffer.remove(lost);
-        for (const row of lost) this.emit('stale', { id: row.id, type: row.type, attempt: row.attempt });
-      }
-      for (const e of entries) {
-        if (!kept.has(e.row.id) && !e.settled && (this.running.get(e.row.id) === e || this.finishing.get(e.row.id) === e)) {
-          // Lease lost (rescued, maybe running elsewhere): stop the handler; its result would be refused anyway.
-          e.settled = true;
-          e.abort(new Error('lease lost: the job was rescued after its lease expired'));
-          this.emit('stale', { id: e.row.id, type: e.row.type, attempt: e.row.attempt });
-        }
-      }
+      await this.lane.run(() => this.renewLeases());
     } catch (error) {
       this.report(error);
+    } finally {
+      this.heartbeating = false;
+    }
+  }
+
+  /** Extends the lease of every job this worker holds; stops the ones whose lease was lost. */
+  private async renewLeases(): Promise<void> {
+    const entries = [...this.running.values(), ...this.finishing.values()];
+    const held = this.buffer.toArray();
+    const leased = [...entries.map((e) => e.row), ...held];
+    if (leased.length === 0) return;
+    const { rows } = await this.driver.run<{ id: string }>(this.queries.heartbeat, [leased.map((r) => r.id), leased.map((r) => r.claim_count), this.leaseMs]);
+    const kept = new Set(rows.map((r) => r.id));
+    // A held (prefetched) job whose lease was lost (rescued) is dropped before it starts.
+    const lost = new Set(held.filter((row) => !kept.has(row.id)));
+    for (const row of this.buffer.remove(lost)) this.emit('stale', { id: row.id, type: row.type, attempt: row.attempt });
+    for (const e of entries) {
+      if (!kept.has(e.row.id) && !e.settled && (this.running.get(e.row.id) === e || this.finishing.get(e.row.id) === e)) {
+        // Lease lost (rescued, maybe running elsewhere): stop the handler; its result would be refused anyway.
+        e.settled = true;
+        e.abort(new Error('lease lost: the job was rescued after its lease expired'));
+        this.emit('stale', { id: e.row.id, type: e.row.type, attempt: e.row.attempt });
+      }
     }
   }
 
