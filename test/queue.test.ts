@@ -7,8 +7,8 @@ import { describe, it } from 'node:test';
 import assert from 'node:assert/strict';
 import pg from 'pg';
 import type { PGlite } from '@electric-sql/pglite';
-import { defineJob, PermanentError, RetryableError, snooze, type Job } from '../src/index.ts';
-import { testDatabases } from './helpers/databases.ts';
+import { createMailroom, defineJob, PermanentError, RetryableError, snooze, type Job } from '../src/index.ts';
+import { databaseUrl, testDatabases, uniqueSchema } from './helpers/databases.ts';
 import { eventually, freezeHeartbeats, waitForEvents } from './helpers/events.ts';
 
 const quick = { maxAttempts: 3, backoff: { base: 5, max: 10 } } as const;
@@ -444,6 +444,47 @@ for (const db of testDatabases()) {
       assert.deepEqual(stale, []);
       const rows = await sql<{ n: number }>(`SELECT count(*)::int AS n FROM "${schema}".jobs WHERE state = 'completed' AND attempt = 1`);
       assert.equal(rows[0]!.n, total);
+    });
+
+    it('slow completions slow the claims: never more than concurrency + prefetch jobs active', { skip: db.name === 'pglite' && 'needs a pool to slow down' }, async () => {
+      // Completions are delayed 200 ms on their way to a real PostgreSQL (the pool's query is wrapped);
+      // a worker that did not count jobs whose completion is in flight kept claiming (seen in the
+      // 1M-backlog benchmark: 568,340 jobs active at once).
+      const pool = new pg.Pool({ connectionString: databaseUrl, max: 10 });
+      const query = pool.query.bind(pool) as (...args: unknown[]) => Promise<unknown>;
+      (pool as unknown as { query: (...args: unknown[]) => Promise<unknown> }).query = async (...args: unknown[]) => {
+        const config = args[0] as { name?: string } | undefined;
+        if (config?.name?.includes('_complete_')) await new Promise((resolve) => setTimeout(resolve, 200));
+        return query(...args);
+      };
+      const schema = uniqueSchema('backpressure');
+      const mailroom = await createMailroom({ database: pool, schema });
+      await mailroom.migrate();
+      const sql = async <R,>(text: string) => (await pool.query(text)).rows as R[];
+      const job = defineJob('queue.backpressure', { queue: 'backpressure' });
+      const total = 300;
+      await mailroom.enqueueMany(job, Array.from({ length: total }, () => ({})));
+      const worker = mailroom.worker({ queues: ['backpressure'], concurrency: 5, prefetch: 10, pollInterval: 20, handlers: { [job.name]: () => {} } });
+      let maxActive = 0;
+      let sampling = true;
+      const sampler = (async () => {
+        while (sampling) {
+          const rows = await sql<{ n: number }>(`SELECT count(*)::int AS n FROM "${schema}".jobs WHERE state = 'active'`);
+          maxActive = Math.max(maxActive, rows[0]!.n);
+          await new Promise((resolve) => setTimeout(resolve, 10));
+        }
+      })();
+      const done = waitForEvents(worker, 'completed', total, 60_000);
+      await worker.start();
+      await done;
+      sampling = false;
+      await sampler;
+      await worker.stop();
+      assert.ok(maxActive > 0, 'the sampler saw the worker at work');
+      await mailroom.close();
+      await sql(`DROP SCHEMA "${schema}" CASCADE`);
+      await pool.end();
+      assert.ok(maxActive <= 15, `at most concurrency + prefetch = 15 jobs active at once, saw ${maxActive}`);
     });
 
     it('NOTIFY wakes an idle worker: a job runs without waiting for the poll', async () => {

@@ -232,7 +232,8 @@ export class Worker extends EventEmitter<WorkerEvents> {
     let errorDelay = 0;
     while (this.state === 'running') {
       this.startBuffered();
-      const free = this.concurrency + this.prefetch - this.running.size - this.buffer.size;
+      // Jobs whose outcome is still being written count too: when completions are slow, claiming must slow down.
+      const free = this.concurrency + this.prefetch - this.running.size - this.finishing.size - this.buffer.size;
       if (free <= 0 || this.buffer.size > this.prefetch / 2) {
         await this.sleep(this.pollMs);
         continue;
