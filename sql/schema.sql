@@ -6,10 +6,29 @@
 
 -- Tables
 
+CREATE TABLE :"schema".consumer_groups (
+  name text NOT NULL,
+  queue text NOT NULL,
+  types text[] NOT NULL,
+  start_snapshot pg_snapshot,
+  max_attempts integer NOT NULL,
+  max_age_ms bigint,
+  inbox_retention_ms bigint NOT NULL,
+  duplicates_rejected bigint DEFAULT 0 NOT NULL,
+  created_at timestamp with time zone DEFAULT now() NOT NULL,
+  updated_at timestamp with time zone DEFAULT now() NOT NULL
+);
+
 CREATE TABLE :"schema".entity_versions (
   entity text NOT NULL,
   version bigint NOT NULL,
   updated_at timestamp with time zone DEFAULT now() NOT NULL
+);
+
+CREATE TABLE :"schema".inbox (
+  consumer_group text NOT NULL,
+  event_id uuid NOT NULL,
+  received_at timestamp with time zone DEFAULT now() NOT NULL
 );
 
 CREATE TABLE :"schema".job_errors (
@@ -71,6 +90,28 @@ CREATE TABLE :"schema".ordering_keys (
   touched_at timestamp with time zone DEFAULT now() NOT NULL
 );
 
+CREATE TABLE :"schema".outbox (
+  position bigint NOT NULL,
+  xid xid8 DEFAULT pg_current_xact_id() NOT NULL,
+  id uuid NOT NULL,
+  type text NOT NULL,
+  version integer NOT NULL,
+  source text NOT NULL,
+  subject text,
+  time timestamp with time zone NOT NULL,
+  correlation_id text,
+  causation_id text,
+  traceparent text,
+  headers jsonb,
+  data jsonb NOT NULL,
+  created_at timestamp with time zone DEFAULT now() NOT NULL
+);
+
+CREATE TABLE :"schema".outbox_keys (
+  key text NOT NULL,
+  touched_at timestamp with time zone DEFAULT now() NOT NULL
+);
+
 CREATE TABLE :"schema".queue_controls (
   queue text NOT NULL,
   rate_max integer,
@@ -81,17 +122,38 @@ CREATE TABLE :"schema".queue_controls (
   updated_at timestamp with time zone DEFAULT now() NOT NULL
 );
 
+CREATE TABLE :"schema".relay_cursors (
+  target text NOT NULL,
+  cursor_xid xid8 DEFAULT '0'::xid8 NOT NULL,
+  cursor_position bigint DEFAULT 0 NOT NULL,
+  holder text,
+  token bigint DEFAULT 0 NOT NULL,
+  locked_until timestamp with time zone,
+  delivered bigint DEFAULT 0 NOT NULL,
+  delivered_at timestamp with time zone,
+  created_at timestamp with time zone DEFAULT now() NOT NULL,
+  updated_at timestamp with time zone DEFAULT now() NOT NULL
+);
+
 -- Constraints
 
+ALTER TABLE :"schema".consumer_groups ADD CONSTRAINT consumer_groups_pkey PRIMARY KEY (name);
 ALTER TABLE :"schema".entity_versions ADD CONSTRAINT entity_versions_pkey PRIMARY KEY (entity);
+ALTER TABLE :"schema".inbox ADD CONSTRAINT inbox_pkey PRIMARY KEY (consumer_group, event_id);
 ALTER TABLE :"schema".job_errors ADD CONSTRAINT job_errors_pkey PRIMARY KEY (job_id, claim);
 ALTER TABLE :"schema".job_steps ADD CONSTRAINT job_steps_pkey PRIMARY KEY (job_id, name);
 ALTER TABLE :"schema".jobs ADD CONSTRAINT jobs_pkey PRIMARY KEY (id);
 ALTER TABLE :"schema".migrations ADD CONSTRAINT migrations_pkey PRIMARY KEY (version);
 ALTER TABLE :"schema".ordering_keys ADD CONSTRAINT ordering_keys_pkey PRIMARY KEY (queue, key);
+ALTER TABLE :"schema".outbox ADD CONSTRAINT outbox_pkey PRIMARY KEY ("position");
+ALTER TABLE :"schema".outbox_keys ADD CONSTRAINT outbox_keys_pkey PRIMARY KEY (key);
 ALTER TABLE :"schema".queue_controls ADD CONSTRAINT queue_controls_pkey PRIMARY KEY (queue);
+ALTER TABLE :"schema".relay_cursors ADD CONSTRAINT relay_cursors_pkey PRIMARY KEY (target);
+ALTER TABLE :"schema".outbox ADD CONSTRAINT outbox_id_key UNIQUE (id);
+ALTER TABLE :"schema".consumer_groups ADD CONSTRAINT consumer_groups_max_attempts_check CHECK ((max_attempts >= 1));
 ALTER TABLE :"schema".jobs ADD CONSTRAINT jobs_attempt_check CHECK (((attempt >= 0) AND (max_attempts >= 1)));
 ALTER TABLE :"schema".jobs ADD CONSTRAINT jobs_state_check CHECK ((state = ANY (ARRAY['scheduled'::text, 'available'::text, 'active'::text, 'retrying'::text, 'completed'::text, 'dead'::text, 'cancelled'::text])));
+ALTER TABLE :"schema".outbox ADD CONSTRAINT outbox_version_check CHECK ((version >= 1));
 ALTER TABLE :"schema".queue_controls ADD CONSTRAINT queue_controls_concurrency_check CHECK ((concurrency >= 1));
 ALTER TABLE :"schema".queue_controls ADD CONSTRAINT queue_controls_rate_max_check CHECK ((rate_max >= 1));
 ALTER TABLE :"schema".queue_controls ADD CONSTRAINT queue_controls_rate_per_ms_check CHECK ((rate_per_ms >= 1));
@@ -100,7 +162,10 @@ ALTER TABLE :"schema".job_steps ADD CONSTRAINT job_steps_job_id_fkey FOREIGN KEY
 
 -- Indexes
 
+-- (made by its constraint) CREATE UNIQUE INDEX consumer_groups_pkey ON :"schema".consumer_groups USING btree (name);
 -- (made by its constraint) CREATE UNIQUE INDEX entity_versions_pkey ON :"schema".entity_versions USING btree (entity);
+-- (made by its constraint) CREATE UNIQUE INDEX inbox_pkey ON :"schema".inbox USING btree (consumer_group, event_id);
+CREATE INDEX inbox_received_idx ON :"schema".inbox USING btree (consumer_group, received_at);
 CREATE INDEX job_errors_failed_at_idx ON :"schema".job_errors USING btree (failed_at);
 -- (made by its constraint) CREATE UNIQUE INDEX job_errors_pkey ON :"schema".job_errors USING btree (job_id, claim);
 -- (made by its constraint) CREATE UNIQUE INDEX job_steps_pkey ON :"schema".job_steps USING btree (job_id, name);
@@ -115,11 +180,20 @@ CREATE INDEX jobs_ordering_idx ON :"schema".jobs USING btree (queue, ordering_ke
 -- (made by its constraint) CREATE UNIQUE INDEX jobs_pkey ON :"schema".jobs USING btree (id);
 -- (made by its constraint) CREATE UNIQUE INDEX migrations_pkey ON :"schema".migrations USING btree (version);
 -- (made by its constraint) CREATE UNIQUE INDEX ordering_keys_pkey ON :"schema".ordering_keys USING btree (queue, key);
+CREATE INDEX outbox_created_idx ON :"schema".outbox USING btree (created_at);
+-- (made by its constraint) CREATE UNIQUE INDEX outbox_id_key ON :"schema".outbox USING btree (id);
+-- (made by its constraint) CREATE UNIQUE INDEX outbox_pkey ON :"schema".outbox USING btree ("position");
+CREATE INDEX outbox_relay_idx ON :"schema".outbox USING btree (xid, "position");
+CREATE INDEX outbox_subject_idx ON :"schema".outbox USING btree (subject, "position") WHERE (subject IS NOT NULL);
+-- (made by its constraint) CREATE UNIQUE INDEX outbox_keys_pkey ON :"schema".outbox_keys USING btree (key);
 -- (made by its constraint) CREATE UNIQUE INDEX queue_controls_pkey ON :"schema".queue_controls USING btree (queue);
+-- (made by its constraint) CREATE UNIQUE INDEX relay_cursors_pkey ON :"schema".relay_cursors USING btree (target);
 
 -- Sequences, views and types
 
 CREATE SEQUENCE :"schema".jobs_ordering_seq AS bigint START 1 INCREMENT 1;
+
+CREATE SEQUENCE :"schema".outbox_position_seq AS bigint START 1 INCREMENT 1;
 
 -- Functions
 
@@ -130,6 +204,16 @@ AS $function$
 BEGIN
   PERFORM pg_notify(TG_TABLE_SCHEMA || '_wakeup', q.queue)
     FROM (SELECT DISTINCT queue FROM new_jobs WHERE state = 'available') AS q;
+  RETURN NULL;
+END;
+$function$;
+
+CREATE OR REPLACE FUNCTION :"schema".notify_outbox()
+ RETURNS trigger
+ LANGUAGE plpgsql
+AS $function$
+BEGIN
+  PERFORM pg_notify(TG_TABLE_SCHEMA || '_outbox', '');
   RETURN NULL;
 END;
 $function$;
@@ -184,14 +268,33 @@ BEGIN
 END;
 $function$;
 
+CREATE OR REPLACE FUNCTION :"schema".outbox_before_insert()
+ RETURNS trigger
+ LANGUAGE plpgsql
+ SET search_path TO :'schema'
+AS $function$
+BEGIN
+  IF NEW.subject IS NOT NULL THEN
+    INSERT INTO outbox_keys AS k (key) VALUES (NEW.subject)
+      ON CONFLICT (key) DO UPDATE SET touched_at = now() WHERE k.touched_at < now() - interval '10 minutes';
+  END IF;
+  NEW.position := nextval('outbox_position_seq');
+  RETURN NEW;
+END;
+$function$;
+
 -- Triggers
 
 CREATE TRIGGER jobs_notify_new AFTER INSERT ON :"schema".jobs REFERENCING NEW TABLE AS new_jobs FOR EACH STATEMENT EXECUTE FUNCTION :"schema".notify_new_jobs();
 CREATE TRIGGER jobs_ordering_acquire BEFORE INSERT ON :"schema".jobs FOR EACH ROW WHEN ((new.ordering_key IS NOT NULL)) EXECUTE FUNCTION :"schema".ordering_acquire();
 CREATE TRIGGER jobs_ordering_release AFTER UPDATE OF state ON :"schema".jobs FOR EACH ROW WHEN (((new.ordering_key IS NOT NULL) AND ((old.state = ANY (ARRAY['scheduled'::text, 'available'::text, 'active'::text, 'retrying'::text])) OR ((old.state = 'dead'::text) AND old.hold_key_when_dead)) AND (NOT ((new.state = ANY (ARRAY['scheduled'::text, 'available'::text, 'active'::text, 'retrying'::text])) OR ((new.state = 'dead'::text) AND new.hold_key_when_dead))))) EXECUTE FUNCTION :"schema".ordering_release();
 CREATE TRIGGER jobs_ordering_retake BEFORE UPDATE OF state ON :"schema".jobs FOR EACH ROW WHEN (((new.ordering_key IS NOT NULL) AND (NOT ((old.state = ANY (ARRAY['scheduled'::text, 'available'::text, 'active'::text, 'retrying'::text])) OR ((old.state = 'dead'::text) AND old.hold_key_when_dead))) AND ((new.state = ANY (ARRAY['scheduled'::text, 'available'::text, 'active'::text, 'retrying'::text])) OR ((new.state = 'dead'::text) AND new.hold_key_when_dead)))) EXECUTE FUNCTION :"schema".ordering_acquire();
+CREATE TRIGGER outbox_notify AFTER INSERT ON :"schema".outbox FOR EACH STATEMENT EXECUTE FUNCTION :"schema".notify_outbox();
+CREATE TRIGGER outbox_position BEFORE INSERT ON :"schema".outbox FOR EACH ROW EXECUTE FUNCTION :"schema".outbox_before_insert();
 
 -- Comments
 
 COMMENT ON COLUMN :"schema".jobs.blocked IS 'waiting for an earlier job with the same ordering key to finish';
 COMMENT ON COLUMN :"schema".jobs.claim_count IS 'fencing token: incremented by every claim; every state change of an active job checks it';
+COMMENT ON COLUMN :"schema".outbox.position IS 'taken after the key lock (trigger outbox_before_insert): per key, the commit order';
+COMMENT ON COLUMN :"schema".outbox.xid IS 'the publishing transaction: the relay reads only rows below the oldest running transaction';

@@ -23,6 +23,20 @@ import { Maintenance } from './worker/maintenance.ts';
 import { Worker, type WorkerOptions } from './worker/worker.ts';
 import { toMilliseconds, type Duration } from './duration.ts';
 import { ValidationError } from './errors.ts';
+import type { EventDefinition } from './events/define-event.ts';
+import { assertSource, defaultSource } from './events/envelope.ts';
+import { readEventStats } from './events/event-stats.ts';
+import { outboxQueries, type OutboxQueries } from './events/outbox-queries.ts';
+import { checkItems, publishEvents, TransactionEndedError } from './events/publish.ts';
+import type { PublishManyOptions, PublishOptions } from './events/publish-options.ts';
+import { Relay } from './relay/relay.ts';
+import { relayQueries, type RelayQueries } from './relay/relay-queries.ts';
+import { resolveRelayOptions, type RelayOptions } from './relay/options.ts';
+import { fanOutQueries, type FanOutQueries } from './relay/fanout-queries.ts';
+import { internalTarget } from './relay/internal-target.ts';
+import { Consumer } from './consumers/consumer.ts';
+import { consumerQueries, type ConsumerQueries } from './consumers/consumer-queries.ts';
+import type { ConsumerOptions } from './consumers/options.ts';
 
 /** Options of {@link createMailroom}. */
 export interface MailroomOptions {
@@ -44,6 +58,8 @@ export interface MailroomOptions {
   rescueInterval?: Duration;
   /** How long finished jobs are kept (completed 7 days, dead 14 days by default). */
   retention?: RetentionOptions;
+  /** CloudEvents `source` of published events (an event definition may name its own). Default `mailroom://<host name>`. */
+  source?: string;
 }
 
 /** The transaction handle `mailroom.transaction()` gives: run SQL, and pass it as `{ tx }`. */
@@ -104,6 +120,13 @@ export class Mailroom {
   private readonly stepQueries: StepQueries;
   private readonly maintenance: Maintenance;
   private readonly workers = new Set<Worker>();
+  private readonly relays = new Set<Relay>();
+  private readonly consumers = new Set<Consumer>();
+  private readonly outboxQueries: OutboxQueries;
+  private readonly relayQueries: RelayQueries;
+  private readonly consumerQueries: ConsumerQueries;
+  private readonly fanOutQueries: FanOutQueries;
+  private readonly source: string;
 
   /** @internal use {@link createMailroom} */
   constructor(
@@ -115,6 +138,11 @@ export class Mailroom {
     this.queries = jobQueries(this.quotedSchema);
     this.stepQueries = stepQueries(this.quotedSchema);
     this.controlQueries = controlQueries(this.quotedSchema);
+    this.outboxQueries = outboxQueries(this.quotedSchema);
+    this.relayQueries = relayQueries(this.quotedSchema);
+    this.consumerQueries = consumerQueries(this.quotedSchema);
+    this.fanOutQueries = fanOutQueries(this.quotedSchema);
+    this.source = options.source ?? defaultSource();
     this.maxPayloadBytes = options.maxPayloadBytes ?? DEFAULT_MAX_PAYLOAD_BYTES;
     const rescueMs = toMilliseconds(options.rescueInterval ?? '5s', 'rescueInterval');
     this.retention = resolveRetention(options.retention);
@@ -188,7 +216,94 @@ export class Mailroom {
    * });
    */
   transaction<T>(fn: (tx: MailroomTransaction) => Promise<T>): Promise<T> {
-    return this.driver.transaction((tx) => fn({ query: (sql, params) => tx.query(sql, params) }));
+    return this.driver.transaction(async (tx) => {
+      let ended = false;
+      const handle: MailroomTransaction = {
+        query: (sql, params) => {
+          // After fn settled the connection is back in the pool (maybe in someone else's transaction).
+          if (ended) return Promise.reject(new TransactionEndedError('this mailroom.transaction() tx was used after its function returned; its transaction has ended, and nothing was run'));
+          return tx.query(sql, params);
+        },
+      };
+      try {
+        return await fn(handle);
+      } finally {
+        ended = true;
+      }
+    });
+  }
+
+  /**
+   * Publishes an event through the transactional outbox: one row, written in
+   * `tx` when given (it exists if and only if that transaction commits), and
+   * delivered by a relay afterwards. Validates the payload against the
+   * definition's schema and every option first; writes nothing when anything
+   * is wrong.
+   *
+   * @example
+   * await mailroom.transaction(async (tx) => {
+   *   await tx.query('INSERT INTO orders (id, total) VALUES ($1, $2)', [orderId, total]);
+   *   await mailroom.publish(orderCreated, { orderId, total }, { tx, key: orderId, correlationId });
+   * });
+   */
+  async publish<TData, TInput>(event: EventDefinition<TData, TInput>, data: TInput, options: PublishOptions = {}): Promise<{ id: string }> {
+    const { key, ...rest } = options ?? {};
+    const many: PublishManyOptions<TInput> = key === undefined ? rest : { ...rest, key };
+    const [id] = await publishEvents(this.publishDeps(), event, [data], many).catch((e) => this.fail(e));
+    return { id: id! };
+  }
+
+  /**
+   * Publishes several events of one type in one statement, in order (per key,
+   * they are delivered in this order). `key` may be a function of each item.
+   *
+   * @example
+   * await mailroom.publishMany(itemShipped, items, { tx, key: (item) => item.orderId });
+   */
+  async publishMany<TData, TInput>(event: EventDefinition<TData, TInput>, data: readonly TInput[], options: PublishManyOptions<TInput> = {}): Promise<{ ids: string[] }> {
+    checkItems(data);
+    const ids = await publishEvents(this.publishDeps(), event, data, options ?? {}).catch((e) => this.fail(e));
+    return { ids };
+  }
+
+  private publishDeps() {
+    return { driver: this.driver, queries: this.outboxQueries, maxPayloadBytes: this.maxPayloadBytes, source: this.source };
+  }
+
+  /**
+   * Makes a relay: it delivers committed events from the outbox to the consumer
+   * groups (and to `to` targets), in commit-safe order. Several may run; each
+   * target is delivered by one at a time. Call `start()` on it.
+   *
+   * @example
+   * const relay = mailroom.relay({ batchSize: 200, lease: '30s', retention: '7d' });
+   * await relay.start();
+   */
+  relay(options: RelayOptions = {}): Relay {
+    const resolved = resolveRelayOptions(options, internalTarget(this.fanOutQueries));
+    const relay = new Relay(this.driver, this.relayQueries, this.outboxQueries, `${this.schema}_outbox`, resolved);
+    this.relays.add(relay);
+    return relay;
+  }
+
+  /**
+   * Makes a consumer group for internal events: each event of the types it
+   * handles becomes a job in its queue (`consumer.<group>`, the event's key as
+   * ordering key), run with an inbox so it takes effect once. Call `start()`.
+   *
+   * @example
+   * const billing = mailroom.consumer({ group: 'billing', handlers: {
+   *   [orderCreated.type]: handleEvent(orderCreated, async (event, ctx) => { await ctx.tx.query('…', [event.data.orderId]); }),
+   * } });
+   * await billing.start();
+   */
+  consumer(options: ConsumerOptions): Consumer {
+    const consumer = new Consumer(
+      { driver: this.driver, queries: this.consumerQueries, fanOut: this.fanOutQueries, makeWorker: (workerOptions) => this.worker(workerOptions) },
+      options,
+    );
+    this.consumers.add(consumer);
+    return consumer;
   }
 
   /**
@@ -213,14 +328,19 @@ export class Mailroom {
   }
 
   /**
-   * Health numbers per queue: counts by state, age of the oldest available job,
-   * completions and failures per second over the last minute.
+   * Health numbers per queue (counts by state, age of the oldest available job,
+   * completions and failures per second over the last minute), per relay target
+   * (unpublished events, lag, the transaction holding it back) and per consumer
+   * group (lag, duplicates rejected).
    *
    * @example
    * const { queues } = await mailroom.stats(); console.log(queues.email?.oldestAgeSeconds);
    */
   async stats(): Promise<MailroomStats> {
-    return readStats(this.driver, this.admin).catch((e) => this.fail(e));
+    const [base, events] = await Promise.all([readStats(this.driver, this.admin), readEventStats(this.driver, this.relayQueries, this.consumerQueries)]).catch((e) =>
+      this.fail(e),
+    );
+    return { ...base, ...events };
   }
 
   /**
@@ -243,6 +363,8 @@ export class Mailroom {
    * await mailroom.close();
    */
   async close(options: { timeout?: Duration } = {}): Promise<void> {
+    await Promise.all([...this.relays].map((r) => r.stop()));
+    await Promise.all([...this.consumers].map((c) => c.stop(options)));
     await Promise.all([...this.workers].map((w) => w.stop(options)));
     await this.driver.close();
   }
@@ -271,6 +393,7 @@ export async function createMailroom(options: MailroomOptions = {}): Promise<Mai
   const poolSize = options.poolSize ?? 20;
   if (!Number.isInteger(poolSize) || poolSize < 2) throw new ValidationError('poolSize must be an integer of 2 or more', [{ path: 'poolSize', message: 'invalid' }]);
   checkRetentionAgainst(resolveRetention(options.retention), registeredJobs());
+  if (options.source !== undefined) assertSource(options.source, 'source');
   const driver = await connect(options.database as DatabaseOption | undefined, poolSize);
   return new Mailroom(driver, options);
 }

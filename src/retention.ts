@@ -71,7 +71,7 @@ export function resolveRetention(options: RetentionOptions | undefined): Retenti
  * The longest a job of this type can stay unfinished because of retries: its
  * `maxAge`, or else the sum of its largest possible backoff delays.
  */
-export function retryHorizonMs(def: JobDefinition<unknown, unknown>): number {
+export function retryHorizonMs(def: Pick<JobDefinition<unknown, unknown>, 'retry'>): number {
   if (def.retry.maxAgeMs !== null) return def.retry.maxAgeMs;
   let total = 0;
   for (let attempt = 1; attempt < def.retry.maxAttempts; attempt++) {

@@ -1,4 +1,5 @@
 import type { AdminQueries } from './jobs/admin-queries.ts';
+import type { ConsumerGroupStats, RelayTargetStats } from './events/event-stats.ts';
 import type { Driver } from './storage/driver.ts';
 
 /** Health numbers of one queue. */
@@ -24,6 +25,10 @@ export interface QueueStats {
 /** What `mailroom.stats()` returns. */
 export interface MailroomStats {
   queues: Record<string, QueueStats>;
+  /** Per relay target (`internal` is the fan-out to consumer groups). */
+  relay: Record<string, RelayTargetStats>;
+  /** Per consumer group. */
+  consumers: Record<string, ConsumerGroupStats>;
 }
 
 function empty(): QueueStats {
@@ -31,7 +36,7 @@ function empty(): QueueStats {
 }
 
 /** Reads the per-queue health numbers from the database (all processes' work counts). */
-export async function readStats(driver: Driver, queries: AdminQueries): Promise<MailroomStats> {
+export async function readStats(driver: Driver, queries: AdminQueries): Promise<Pick<MailroomStats, 'queues'>> {
   const [counts, completed, failed] = await Promise.all([
     driver.run<Omit<QueueStats, 'oldestAgeSeconds' | 'completedPerSecond' | 'failedPerSecond'> & { queue: string; oldest_age_seconds: number }>(
       queries.queueCounts,

@@ -1,0 +1,80 @@
+import type { NamedQuery } from '../storage/driver.ts';
+import { namedQueries } from '../storage/named.ts';
+
+/** Statements of consumer groups and the inbox, for one quoted schema. Every value is a bind parameter. */
+export interface ConsumerQueries {
+  ensureInternalCursor: NamedQuery;
+  lockInternalCursor: NamedQuery;
+  registerGroup: NamedQuery;
+  deliveredOfTypes: NamedQuery;
+  inboxSeen: NamedQuery;
+  inboxRecord: NamedQuery;
+  countDuplicate: NamedQuery;
+  pruneInbox: NamedQuery;
+  groupStats: NamedQuery;
+}
+
+/** Builds the consumer statements for a quoted schema name. */
+export function consumerQueries(quotedSchema: string): ConsumerQueries {
+  const s = quotedSchema;
+  const q = namedQueries(quotedSchema);
+  return {
+    // $1 target
+    ensureInternalCursor: q('consumer_ensure_cursor', `INSERT INTO ${s}.relay_cursors (target) VALUES ($1) ON CONFLICT (target) DO NOTHING`),
+    // $1 target. Registering a group waits for a fan-out in flight and holds the next one off until
+    // it commits: every fan-out either committed before the group's start snapshot (the group does
+    // not get those events, or gets them by backfill) or sees the group.
+    lockInternalCursor: q(
+      'consumer_lock_cursor',
+      `SELECT cursor_xid::text AS cursor_xid, cursor_position::text AS cursor_position FROM ${s}.relay_cursors WHERE target = $1 FOR SHARE`,
+    ),
+    // $1 name, $2 queue, $3 types, $4 from earliest, $5 max attempts, $6 max age ms, $7 inbox retention ms.
+    // A new group's start snapshot (from 'now'): events committed before it are not the group's.
+    registerGroup: q(
+      'consumer_register',
+      `INSERT INTO ${s}.consumer_groups AS g (name, queue, types, start_snapshot, max_attempts, max_age_ms, inbox_retention_ms)
+       VALUES ($1, $2, $3::text[], CASE WHEN $4::boolean THEN NULL ELSE pg_current_snapshot() END, $5, $6, $7)
+       ON CONFLICT (name) DO UPDATE
+          SET queue = EXCLUDED.queue, types = EXCLUDED.types, max_attempts = EXCLUDED.max_attempts,
+              max_age_ms = EXCLUDED.max_age_ms, inbox_retention_ms = EXCLUDED.inbox_retention_ms, updated_at = now()
+       RETURNING (xmax = 0) AS created`,
+    ),
+    // $1 types, $2 cursor xid, $3 cursor position, $4 after position, $5 limit: events the internal
+    // target already delivered, in position order (a new group's backfill).
+    deliveredOfTypes: q(
+      'consumer_delivered_of_types',
+      `SELECT o.position::text AS position, o.xid::text AS xid, o.id, o.type, o.version, o.source, o.subject, o.time, o.correlation_id,
+              o.causation_id, o.traceparent, o.headers, o.data
+         FROM ${s}.outbox AS o
+        WHERE o.type = ANY($1::text[]) AND (o.xid, o.position) <= ($2::xid8, $3::bigint) AND o.position > $4::bigint
+        ORDER BY o.position LIMIT $5`,
+    ),
+    // $1 group, $2 event id
+    inboxSeen: q('inbox_seen', `SELECT 1 AS seen FROM ${s}.inbox WHERE consumer_group = $1 AND event_id = $2`),
+    // $1 group, $2 event id. In the handler's transaction; waits for a concurrent holder of the key.
+    inboxRecord: q('inbox_record', `INSERT INTO ${s}.inbox (consumer_group, event_id) VALUES ($1, $2) ON CONFLICT DO NOTHING RETURNING 1 AS recorded`),
+    // $1 group
+    countDuplicate: q('consumer_count_duplicate', `UPDATE ${s}.consumer_groups SET duplicates_rejected = duplicates_rejected + 1 WHERE name = $1`),
+    // $1 group, $2 retention ms, $3 batch
+    pruneInbox: q(
+      'inbox_prune',
+      `DELETE FROM ${s}.inbox WHERE consumer_group = $1 AND event_id IN (
+         SELECT event_id FROM ${s}.inbox
+          WHERE consumer_group = $1 AND received_at < now() - $2::bigint * interval '1 millisecond'
+          LIMIT $3)`,
+    ),
+    // $1 internal target. Per group: its unfinished jobs, events of its types the fan-out has not
+    // reached yet, and the duplicates its inbox rejected.
+    groupStats: q(
+      'consumer_group_stats',
+      `SELECT g.name, g.duplicates_rejected::float8 AS duplicates_rejected,
+              (SELECT count(*) FROM ${s}.jobs AS j
+                WHERE j.queue = g.queue AND j.state IN ('scheduled', 'available', 'active', 'retrying'))::int AS unfinished,
+              (SELECT count(*) FROM ${s}.jobs AS j WHERE j.queue = g.queue AND j.state = 'dead')::int AS dead,
+              (SELECT count(*) FROM ${s}.outbox AS o, ${s}.relay_cursors AS c
+                WHERE c.target = $1 AND o.type = ANY(g.types) AND (o.xid, o.position) > (c.cursor_xid, c.cursor_position)
+                  AND (g.start_snapshot IS NULL OR NOT pg_visible_in_snapshot(o.xid, g.start_snapshot)))::int AS unrelayed
+         FROM ${s}.consumer_groups AS g ORDER BY g.name`,
+    ),
+  };
+}

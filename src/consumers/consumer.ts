@@ -1,0 +1,232 @@
+import { EventEmitter } from 'node:events';
+import type { Duration } from '../duration.ts';
+import { MailroomError, RetryableError, ValidationError } from '../errors.ts';
+import { fromEnvelope, toEnvelope, type OutboxRow } from '../events/envelope.ts';
+import { findJob } from '../registry.ts';
+import { retryHorizonMs } from '../retention.ts';
+import { resolveRetryPolicy } from '../retry/backoff.ts';
+import { isSnooze } from '../snooze.ts';
+import type { Driver, Transaction } from '../storage/driver.ts';
+import type { FanOutQueries } from '../relay/fanout-queries.ts';
+import { fanOut, INTERNAL_TARGET } from '../relay/internal-target.ts';
+import type { Job, JobContext, JobHandler } from '../worker/types.ts';
+import type { Worker, WorkerEvents, WorkerOptions } from '../worker/worker.ts';
+import type { ConsumerQueries } from './consumer-queries.ts';
+import type { ConsumerContext, EventHandler } from './handle-event.ts';
+import { resolveConsumerOptions, type ConsumerOptions, type ResolvedConsumerOptions } from './options.ts';
+
+/** Events a consumer emits: its worker's, and `duplicate`. */
+export interface ConsumerEvents extends WorkerEvents {
+  /** A redelivered event was acknowledged without running the handler (its inbox key existed). */
+  duplicate: [event: { id: string; type: string; group: string }];
+}
+
+/** What a consumer needs from its mailroom. */
+export interface ConsumerDeps {
+  driver: Driver;
+  queries: ConsumerQueries;
+  fanOut: FanOutQueries;
+  makeWorker(options: WorkerOptions): Worker;
+}
+
+const DEFAULT_BACKOFF = resolveRetryPolicy(undefined, 'default');
+const BACKFILL_BATCH = 500;
+const PRUNE_BATCH = 1000;
+const MAX_PRUNE_BATCHES = 100;
+const FORWARDED = ['completed', 'failed', 'snoozed', 'stale', 'rate-limited', 'released'] as const;
+
+/**
+ * A consumer group for internal events: its subscription, and a worker on the
+ * group's queue whose handlers keep an inbox, so each event takes effect once
+ * for the group however often it is delivered. Made by `mailroom.consumer()`.
+ */
+export class Consumer extends EventEmitter<ConsumerEvents> {
+  readonly group: string;
+  /** The queue the group's events wait in as jobs (`consumer.<group>`). */
+  readonly queue: string;
+  /** The worker that runs the group's handlers. */
+  readonly worker: Worker;
+  private readonly resolved: ResolvedConsumerOptions;
+  private pruneTimer: NodeJS.Timeout | undefined;
+  private started = false;
+
+  /** @internal use `mailroom.consumer()` */
+  constructor(
+    private readonly deps: ConsumerDeps,
+    private readonly options: ConsumerOptions,
+  ) {
+    super();
+    this.resolved = resolveConsumerOptions(options);
+    this.group = this.resolved.group;
+    this.queue = this.resolved.queue;
+    const handlers: Record<string, JobHandler> = {};
+    for (const type of this.resolved.types) handlers[type] = this.wrap(options.handlers[type]!);
+    this.worker = deps.makeWorker({
+      queues: [this.queue],
+      handlers,
+      concurrency: options.concurrency,
+      lease: options.lease,
+      pollInterval: options.pollInterval,
+      prefetch: options.prefetch,
+      rateLimit: options.rateLimit,
+      globalConcurrency: options.globalConcurrency,
+      maintenance: options.maintenance,
+    });
+    for (const name of FORWARDED) this.worker.on(name, (...args: unknown[]) => (this.emit as (e: string, ...a: unknown[]) => boolean)(name, ...args));
+    this.worker.on('error', (error) => this.report(error));
+  }
+
+  /**
+   * Registers the group's subscription (a new group starts at `from`), then
+   * starts handling its events. Refuses an `inboxRetention` shorter than the
+   * retry horizon of the group's events.
+   *
+   * @example
+   * const billing = mailroom.consumer({ group: 'billing', handlers: { [orderCreated.type]: onOrderCreated } });
+   * await billing.start();
+   */
+  async start(): Promise<void> {
+    if (this.started) throw new MailroomError(`consumer ${this.group} was already started`);
+    this.checkInboxRetention();
+    this.started = true;
+    try {
+      await this.register();
+    } catch (error) {
+      this.started = false; // nothing started: start() may be called again
+      throw error;
+    }
+    await this.worker.start();
+    if (this.options.maintenance !== false) {
+      const every = Math.min(60_000, Math.max(1000, Math.floor(this.resolved.inboxRetentionMs / 10)));
+      this.pruneTimer = setInterval(() => void this.prune().catch((error: unknown) => this.report(error)), every);
+      this.pruneTimer.unref();
+    }
+  }
+
+  /**
+   * Stops handling (graceful, like `worker.stop`). The subscription stays:
+   * events keep arriving in the group's queue for the next start.
+   *
+   * @example
+   * await billing.stop({ timeout: '10s' });
+   */
+  async stop(options: { timeout?: Duration } = {}): Promise<void> {
+    if (this.pruneTimer) clearInterval(this.pruneTimer);
+    this.pruneTimer = undefined;
+    await this.worker.stop(options);
+  }
+
+  /**
+   * Forgets inbox keys older than `inboxRetention`, in bounded batches. Runs on
+   * its own while the consumer runs.
+   *
+   * @example
+   * const { keys } = await billing.prune();
+   */
+  async prune(): Promise<{ keys: number }> {
+    let keys = 0;
+    for (let i = 0; i < MAX_PRUNE_BATCHES; i++) {
+      const { rowCount } = await this.deps.driver.run(this.deps.queries.pruneInbox, [this.group, this.resolved.inboxRetentionMs, PRUNE_BATCH]);
+      keys += rowCount;
+      if (rowCount < PRUNE_BATCH) break;
+    }
+    return { keys };
+  }
+
+  /** The longest an event of the group can keep being retried; the inbox must remember it at least that long. */
+  private checkInboxRetention(): void {
+    for (const type of this.resolved.types) {
+      const backoff = findJob(type)?.retry ?? DEFAULT_BACKOFF; // what the worker's retries will use
+      const horizon = retryHorizonMs({ retry: { ...backoff, maxAttempts: this.resolved.maxAttempts, maxAgeMs: this.resolved.maxAgeMs } });
+      if (this.resolved.inboxRetentionMs < horizon) {
+        throw new ValidationError(
+          `consumer ${this.group}: inboxRetention (${this.resolved.inboxRetentionMs} ms) is shorter than the retry horizon of ${type} (${horizon} ms: ${this.resolved.maxAttempts} attempts, backoff up to ${backoff.maxMs} ms${this.resolved.maxAgeMs !== null ? `, maxAge ${this.resolved.maxAgeMs} ms` : ''}); a redelivery could arrive after its inbox key expired and run again. Raise inboxRetention or set a shorter retry.maxAge / maxAttempts`,
+          [{ path: 'inboxRetention', message: 'shorter than the retry horizon' }],
+        );
+      }
+    }
+  }
+
+  /**
+   * Upserts the group in one transaction that holds the internal cursor (so no
+   * fan-out commits in between), and backfills a new `from: 'earliest'` group
+   * with the events already fanned out, in position order.
+   */
+  private async register(): Promise<void> {
+    const { driver, queries } = this.deps;
+    const r = this.resolved;
+    await driver.transaction(async (tx) => {
+      await tx.query(queries.ensureInternalCursor.text, [INTERNAL_TARGET]);
+      const { rows } = await tx.query<{ cursor_xid: string; cursor_position: string }>(queries.lockInternalCursor.text, [INTERNAL_TARGET]);
+      const cursor = rows[0]!;
+      const { rows: registered } = await tx.query<{ created: boolean }>(queries.registerGroup.text, [
+        r.group,
+        r.queue,
+        r.types,
+        r.from === 'earliest',
+        r.maxAttempts,
+        r.maxAgeMs,
+        r.inboxRetentionMs,
+      ]);
+      if (registered[0]?.created && r.from === 'earliest') await this.backfill(tx, cursor.cursor_xid, cursor.cursor_position);
+    });
+  }
+
+  private async backfill(tx: Transaction, cursorXid: string, cursorPosition: string): Promise<void> {
+    let after = '0';
+    for (;;) {
+      const { rows } = await tx.query<OutboxRow>(this.deps.queries.deliveredOfTypes.text, [this.resolved.types, cursorXid, cursorPosition, after, BACKFILL_BATCH]);
+      const events = rows.map((row) => ({ position: row.position, xid: row.xid, envelope: toEnvelope(row) }));
+      await fanOut(tx, this.deps.fanOut, events, this.group);
+      if (rows.length < BACKFILL_BATCH) return;
+      after = rows.at(-1)!.position;
+    }
+  }
+
+  /**
+   * The job handler around the user's: a redelivered event (its inbox key is
+   * there) is acknowledged and counted without running the handler; otherwise
+   * the handler runs and the inbox key is written in `ctx.tx`, committing with
+   * its work and the job's completion. Two deliveries racing each other: the
+   * second waits on the first's key, finds it, and rolls its own work back.
+   */
+  private wrap(handler: EventHandler): JobHandler {
+    const { driver, queries } = this.deps;
+    const group = this.group;
+    return async (job: Job, ctx: JobContext) => {
+      const event = fromEnvelope(job.data);
+      const seen = await driver.run(queries.inboxSeen, [group, event.id]);
+      if (seen.rows.length > 0) {
+        await ctx.tx.query(queries.countDuplicate.text, [group]);
+        this.emit('duplicate', { id: event.id, type: event.type, group });
+        return undefined;
+      }
+      const consumerCtx: ConsumerContext = {
+        get signal() {
+          return ctx.signal;
+        },
+        get tx() {
+          return ctx.tx;
+        },
+        workerId: ctx.workerId,
+        step: (name, fn) => ctx.step(name, fn),
+        idempotencyKey: (name) => ctx.idempotencyKey(name),
+        isNewer: (entity, version) => ctx.isNewer(entity, version),
+        group,
+        job: { id: job.id, attempt: job.attempt, maxAttempts: job.maxAttempts },
+      };
+      const result = await handler(event, consumerCtx);
+      if (isSnooze(result)) return result; // not handled yet: no inbox key
+      const recorded = await ctx.tx.query(queries.inboxRecord.text, [group, event.id]);
+      if (recorded.rows.length === 0) {
+        throw new RetryableError(`event ${event.id} (${event.type}) was handled by another delivery meanwhile; this delivery's work is rolled back`, { after: 0 });
+      }
+      return result;
+    };
+  }
+
+  private report(error: unknown): void {
+    if (this.listenerCount('error') > 0) this.emit('error', error);
+    else console.error(`[mailroom] consumer ${this.group}:`, error instanceof Error ? error.message : error);
+  }
+}

@@ -1,0 +1,38 @@
+import type { EventDefinition } from '../events/define-event.ts';
+import type { ConsumedEvent } from '../events/envelope.ts';
+import type { JobContext } from '../worker/types.ts';
+
+/** What a consumer's handler gets besides the event. */
+export interface ConsumerContext extends JobContext {
+  /** The consumer group. */
+  readonly group: string;
+  /** The job carrying the event in the group's queue (its id is the same on every delivery of this event to this group). */
+  readonly job: { readonly id: string; readonly attempt: number; readonly maxAttempts: number };
+}
+
+/**
+ * A consumer's handler for one event type. Work done through `ctx.tx` commits
+ * together with the inbox key and the job's completion. Return to acknowledge;
+ * throw to retry (or dead-letter, by the same rules as jobs).
+ */
+export type EventHandler<TData = unknown> = EventHandlerSignature<TData>['handle'];
+
+// A method signature compares its parameters bivariantly, so a typed handler fits the handlers map.
+interface EventHandlerSignature<TData> {
+  handle(event: ConsumedEvent<TData>, ctx: ConsumerContext): unknown;
+}
+
+/**
+ * Types a consumer's handler by its event definition, so `event.data` has the payload type.
+ *
+ * @example
+ * mailroom.consumer({ group: 'billing', handlers: {
+ *   [orderCreated.type]: handleEvent(orderCreated, async (event, ctx) => {
+ *     await ctx.tx.query('INSERT INTO invoices (order_id) VALUES ($1)', [event.data.orderId]);
+ *   }),
+ * } });
+ */
+export function handleEvent<TData, TInput>(def: EventDefinition<TData, TInput>, handler: EventHandler<TData>): EventHandler<TData> {
+  void def;
+  return handler;
+}

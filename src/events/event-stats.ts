@@ -1,0 +1,62 @@
+import type { ConsumerQueries } from '../consumers/consumer-queries.ts';
+import { findHolder, type HeldBackBy } from '../relay/held-back.ts';
+import { INTERNAL_TARGET } from '../relay/internal-target.ts';
+import type { RelayQueries } from '../relay/relay-queries.ts';
+import type { Driver } from '../storage/driver.ts';
+
+/** Health numbers of one relay target. */
+export interface RelayTargetStats {
+  /** Committed events its cursor has not passed yet. */
+  unpublished: number;
+  /** Age of the oldest of them, in seconds (0 when none). */
+  lagSeconds: number;
+  /** The open transaction that keeps committed events from being delivered, or null. */
+  heldBackBy: HeldBackBy | null;
+  /** The relay holding the target's lease, or null. */
+  holder: string | null;
+}
+
+/** Health numbers of one consumer group. */
+export interface ConsumerGroupStats {
+  /** Events not yet handled: `unrelayed` + `unfinished`. */
+  lag: number;
+  /** Events of its types the fan-out has not reached yet. */
+  unrelayed: number;
+  /** Its jobs waiting, retrying or running. */
+  unfinished: number;
+  /** Its dead-lettered events. */
+  dead: number;
+  /** Redeliveries its inbox acknowledged without running the handler. */
+  duplicatesRejected: number;
+}
+
+/** The relay and consumer parts of `mailroom.stats()`. */
+export interface EventStats {
+  relay: Record<string, RelayTargetStats>;
+  consumers: Record<string, ConsumerGroupStats>;
+}
+
+/** Reads relay and consumer health from the database (every process's work counts). */
+export async function readEventStats(driver: Driver, relay: RelayQueries, consumers: ConsumerQueries): Promise<EventStats> {
+  const [targets, groups] = await Promise.all([
+    driver.run<{ target: string; holder: string | null; locked_until: Date | null; unpublished: number; lag_seconds: number; behind_fence: number; fence: string }>(
+      relay.cursorStats,
+      [],
+    ),
+    driver.run<{ name: string; duplicates_rejected: number; unfinished: number; dead: number; unrelayed: number }>(consumers.groupStats, [INTERNAL_TARGET]),
+  ]);
+  const result: EventStats = { relay: {}, consumers: {} };
+  for (const t of targets.rows) {
+    const leased = t.holder !== null && t.locked_until !== null && new Date(t.locked_until).getTime() > Date.now();
+    result.relay[t.target] = {
+      unpublished: t.unpublished,
+      lagSeconds: Math.round(t.lag_seconds * 1000) / 1000,
+      heldBackBy: t.behind_fence > 0 ? await findHolder(driver, relay, BigInt(t.fence)) : null,
+      holder: leased ? t.holder : null,
+    };
+  }
+  for (const g of groups.rows) {
+    result.consumers[g.name] = { lag: g.unrelayed + g.unfinished, unrelayed: g.unrelayed, unfinished: g.unfinished, dead: g.dead, duplicatesRejected: g.duplicates_rejected };
+  }
+  return result;
+}

@@ -1,0 +1,377 @@
+import { EventEmitter } from 'node:events';
+import { MailroomError } from '../errors.ts';
+import { toEnvelope, type OutboxRow } from '../events/envelope.ts';
+import type { OutboxQueries } from '../events/outbox-queries.ts';
+import type { Driver } from '../storage/driver.ts';
+import { findHolder, type HeldBackBy } from './held-back.ts';
+import type { ResolvedRelayOptions } from './options.ts';
+import { planBatch, type OutboxPoint } from './read-batch.ts';
+import type { RelayQueries } from './relay-queries.ts';
+import type { RelayedEvent, RelayTarget } from './target.ts';
+
+/** Events a relay emits. */
+export interface RelayEvents {
+  /** A batch was delivered to a target and its cursor advanced. */
+  delivered: [info: { target: string; count: number; cursor: { xid: string; position: string } }];
+  /** Committed events wait behind an open transaction (emitted when it starts, then every 10 s while it lasts). */
+  'held-back': [info: { target: string; waiting: number; heldBackBy: HeldBackBy }];
+  'lease-acquired': [info: { target: string; token: string }];
+  /** Another relay took the target over (this one had stopped renewing in time). */
+  'lease-lost': [info: { target: string }];
+  pruned: [info: { events: number }];
+  /** Infrastructure trouble (database unreachable, a target failing). The relay keeps going. */
+  error: [error: unknown];
+}
+
+/** What one `flush()` did per target. */
+export interface RelayFlushResult {
+  /** Events delivered. */
+  delivered: number;
+  /** True when committed events still wait behind an open transaction. */
+  heldBack: boolean;
+  /** False when another relay holds the target's lease (nothing was done). */
+  leased: boolean;
+}
+
+interface TargetState {
+  target: RelayTarget;
+  token: string | null;
+  /** Rounds of one target never overlap within a process. */
+  busy: Promise<unknown>;
+  wake: (() => void) | undefined;
+  woken: boolean;
+  heldBackSince: number | null;
+  lastHeldBackReport: number;
+}
+
+type Round =
+  | { kind: 'lost' }
+  | { kind: 'done'; delivered: number; exhausted: boolean; blockedBy: bigint | null; fence: bigint; cursor: OutboxPoint };
+
+class LeaseLost extends Error {}
+
+const HELD_BACK_REPORT_MS = 10_000;
+const HELD_BACK_RECHECK_MS = 50;
+const PRUNE_BATCH = 1000;
+const MAX_PRUNE_BATCHES = 100;
+const MAX_ERROR_BACKOFF_MS = 5_000;
+
+/**
+ * Reads the outbox in commit-safe order and delivers it to its targets: the
+ * internal fan-out into consumer groups' jobs, and any broker targets. Each
+ * target has a cursor and a fenced lease, so several relays can run and one
+ * delivers each target at a time. Made by `mailroom.relay()`.
+ */
+export class Relay extends EventEmitter<RelayEvents> {
+  readonly id: string;
+  private readonly states: TargetState[];
+  private state: 'idle' | 'running' | 'stopping' | 'stopped' = 'idle';
+  private loops: Promise<void>[] = [];
+  private timers: NodeJS.Timeout[] = [];
+  private unlisten: (() => Promise<void>) | undefined;
+  private pruning: Promise<unknown> | undefined;
+
+  /** @internal use `mailroom.relay()` */
+  constructor(
+    private readonly driver: Driver,
+    private readonly queries: RelayQueries,
+    private readonly outbox: OutboxQueries,
+    private readonly channel: string,
+    private readonly options: ResolvedRelayOptions,
+  ) {
+    super();
+    this.id = options.id;
+    this.states = options.targets.map((target) => ({ target, token: null, busy: Promise.resolve(), wake: undefined, woken: false, heldBackSince: null, lastHeldBackReport: 0 }));
+  }
+
+  /** The names of this relay's targets. */
+  get targets(): string[] {
+    return this.states.map((s) => s.target.name);
+  }
+
+  /**
+   * Starts relaying: takes each target's lease when it is free, delivers,
+   * renews, and wakes on NOTIFY (polling as the safety net).
+   *
+   * @example
+   * const relay = mailroom.relay({ batchSize: 200 });
+   * await relay.start();
+   */
+  async start(): Promise<void> {
+    if (this.state !== 'idle') throw new MailroomError(`relay ${this.id} was already started`);
+    this.state = 'running';
+    try {
+      this.unlisten = await this.driver.listen(this.channel, () => {
+        for (const s of this.states) this.poke(s);
+      });
+    } catch (error) {
+      this.report(error); // NOTIFY is only a hint
+    }
+    const renew = setInterval(() => void this.renewAll(), Math.max(50, Math.floor(this.options.leaseMs / 3)));
+    const prune = setInterval(() => void this.pruneInBackground(), Math.min(60_000, Math.max(1000, Math.floor(this.options.retentionMs / 10))));
+    renew.unref();
+    prune.unref();
+    this.timers = [renew, prune];
+    this.loops = this.states.map((s) => this.loop(s));
+  }
+
+  /**
+   * Stops relaying: waits for rounds in flight, then hands the leases back so
+   * another relay can take over at once.
+   *
+   * @example
+   * process.on('SIGTERM', () => relay.stop());
+   */
+  async stop(): Promise<void> {
+    if (this.state === 'stopping' || this.state === 'stopped') return;
+    const wasRunning = this.state === 'running';
+    this.state = 'stopping';
+    for (const t of this.timers) clearInterval(t);
+    for (const s of this.states) this.poke(s);
+    await Promise.all(this.loops);
+    await this.pruning;
+    for (const s of this.states) {
+      await s.busy; // a flush() in flight
+
+      if (s.token === null) continue;
+      await this.driver.run(this.queries.release, [s.target.name, this.id, s.token]).catch((e: unknown) => this.report(e));
+      s.token = null;
+    }
+    if (wasRunning) await this.unlisten?.().catch(() => {});
+    this.state = 'stopped';
+  }
+
+  /**
+   * Delivers everything deliverable now, target by target, and resolves with
+   * what it did. Takes a target's lease when free; a target leased by another
+   * relay is left alone (`leased: false`). For scripts, tests and shutdown.
+   *
+   * @example
+   * const { internal } = await relay.flush(); console.log(internal?.delivered);
+   */
+  async flush(): Promise<Record<string, RelayFlushResult>> {
+    const result: Record<string, RelayFlushResult> = {};
+    for (const s of this.states) {
+      const entry: RelayFlushResult = { delivered: 0, heldBack: false, leased: true };
+      result[s.target.name] = entry;
+      if (s.token === null) s.token = await this.acquire(s);
+      if (s.token === null) {
+        entry.leased = false;
+        continue;
+      }
+      for (;;) {
+        const round = await this.serialized(s, () => this.round(s));
+        if (round.kind === 'lost') {
+          s.token = null;
+          entry.leased = false;
+          this.emit('lease-lost', { target: s.target.name });
+          break;
+        }
+        entry.delivered += round.delivered;
+        if (round.exhausted || round.blockedBy !== null) {
+          const after = await this.afterRound(s, round);
+          if (after === 'again') continue;
+          entry.heldBack = after === 'held-back';
+          break;
+        }
+      }
+    }
+    return result;
+  }
+
+  /**
+   * Deletes delivered events older than `retention`, in bounded batches: only
+   * events every target's cursor has passed. Runs on its own while the relay
+   * holds a lease.
+   *
+   * @example
+   * const { events } = await relay.prune();
+   */
+  async prune(): Promise<{ events: number }> {
+    let events = 0;
+    for (let i = 0; i < MAX_PRUNE_BATCHES; i++) {
+      const { rowCount } = await this.driver.run(this.outbox.prune, [this.options.retentionMs, PRUNE_BATCH]);
+      events += rowCount;
+      if (rowCount < PRUNE_BATCH) break;
+    }
+    await this.driver.run(this.outbox.pruneKeys, [PRUNE_BATCH]);
+    if (events > 0) this.emit('pruned', { events });
+    return { events };
+  }
+
+  private async loop(s: TargetState): Promise<void> {
+    let errorDelay = 0;
+    let heldDelay = 0;
+    while (this.state === 'running') {
+      try {
+        if (s.token === null) {
+          s.token = await this.acquire(s);
+          if (s.token === null) {
+            await this.sleep(s, Math.min(this.options.pollMs, this.options.leaseMs / 2));
+            continue;
+          }
+        }
+        const round = await this.serialized(s, () => this.round(s));
+        errorDelay = 0;
+        if (round.kind === 'lost') {
+          s.token = null;
+          this.emit('lease-lost', { target: s.target.name });
+          continue;
+        }
+        if (!round.exhausted && round.blockedBy === null) continue; // more is waiting
+        const after = await this.afterRound(s, round);
+        if (after === 'again') continue;
+        // The end of the transaction that holds the fence sends no NOTIFY: look again soon, backing off to the poll.
+        heldDelay = after === 'held-back' ? Math.min(this.options.pollMs, heldDelay === 0 ? HELD_BACK_RECHECK_MS : heldDelay * 2) : 0;
+        await this.sleep(s, heldDelay || this.options.pollMs);
+      } catch (error) {
+        this.report(error);
+        errorDelay = Math.min(MAX_ERROR_BACKOFF_MS, Math.max(100, errorDelay * 2));
+        await this.sleep(s, errorDelay);
+      }
+    }
+  }
+
+  private serialized<T>(s: TargetState, fn: () => Promise<T>): Promise<T> {
+    const run = s.busy.then(fn, fn);
+    s.busy = run.catch(() => undefined);
+    return run;
+  }
+
+  private async acquire(s: TargetState): Promise<string | null> {
+    const { rows } = await this.driver.run<{ token: string }>(this.queries.acquire, [s.target.name, this.id, this.options.leaseMs]);
+    const token = rows[0]?.token ?? null;
+    if (token !== null) this.emit('lease-acquired', { target: s.target.name, token });
+    return token;
+  }
+
+  private async renewAll(): Promise<void> {
+    for (const s of this.states) {
+      const token = s.token;
+      if (token === null) continue;
+      try {
+        const { rowCount } = await this.driver.run(this.queries.renew, [s.target.name, this.id, token, this.options.leaseMs]);
+        if (rowCount === 0 && s.token === token) {
+          s.token = null;
+          this.emit('lease-lost', { target: s.target.name });
+        }
+      } catch (error) {
+        this.report(error);
+      }
+    }
+  }
+
+  /**
+   * One batch for one target, in one transaction: the fenced start (zero rows:
+   * the lease is lost), the commit-safe read, the target's delivery, the cursor.
+   */
+  private async round(s: TargetState): Promise<Round> {
+    const token = s.token;
+    if (token === null) return { kind: 'lost' };
+    const name = s.target.name;
+    const { rows: fenceRows } = await this.driver.run<{ fence: string }>(this.queries.fence, []);
+    const fence = BigInt(fenceRows[0]!.fence);
+    try {
+      const result = await this.driver.transaction(async (tx): Promise<Round> => {
+        if (this.driver.kind === 'pg') {
+          // A relay paused with the round open (SIGSTOP) must not hold the cursor past its lease.
+          await tx.query(`SELECT set_config('idle_in_transaction_session_timeout', $1, true)`, [String(this.options.leaseMs)]);
+        }
+        const begun = await tx.query<{ cursor_xid: string; cursor_position: string }>(this.queries.beginRound.text, [name, this.id, token, this.options.leaseMs]);
+        const row = begun.rows[0];
+        if (!row) return { kind: 'lost' };
+        const cursor = { xid: BigInt(row.cursor_xid), position: BigInt(row.cursor_position) };
+        const plan = await planBatch(tx, this.queries, cursor, fence, this.options.batchSize);
+        if (plan.positions.length === 0 || plan.cursor === null) {
+          return { kind: 'done', delivered: 0, exhausted: plan.exhausted, blockedBy: plan.blockedBy, fence, cursor };
+        }
+        const { rows } = await tx.query<OutboxRow>(this.queries.rowsAt.text, [plan.positions]);
+        const events: RelayedEvent[] = rows.map((r) => Object.freeze({ position: r.position, xid: r.xid, envelope: toEnvelope(r) }));
+        await s.target.publish(events, { tx });
+        const next = plan.cursor;
+        const advanced = await tx.query(this.queries.advance.text, [name, this.id, token, String(next.xid), String(next.position), events.length]);
+        if (advanced.rowCount !== 1) throw new LeaseLost('lease lost during the round');
+        return { kind: 'done', delivered: events.length, exhausted: plan.exhausted, blockedBy: plan.blockedBy, fence, cursor: next };
+      });
+      if (result.kind === 'done' && result.delivered > 0) {
+        const { xid, position } = result.cursor;
+        this.emit('delivered', { target: name, count: result.delivered, cursor: { xid: String(xid), position: String(position) } });
+      }
+      return result;
+    } catch (error) {
+      if (error instanceof LeaseLost) return { kind: 'lost' };
+      throw error;
+    }
+  }
+
+  /**
+   * After a round that found nothing more to deliver, with a fence read now:
+   * `'again'` when rows committed meanwhile are deliverable (the round's fence
+   * was older than they are), `'held-back'` when committed rows wait behind an
+   * open transaction (reported, at most every 10 s), else `'idle'`.
+   */
+  private async afterRound(s: TargetState, round: Extract<Round, { kind: 'done' }>): Promise<'again' | 'held-back' | 'idle'> {
+    const { rows } = await this.driver.run<{ fence: string; ready: number; waiting: number }>(this.queries.afterCursor, [
+      String(round.cursor.xid),
+      String(round.cursor.position),
+    ]);
+    const fence = BigInt(rows[0]!.fence);
+    const { ready, waiting } = rows[0]!;
+    // Deliverable now: rows that arrived below the new fence, or the row a round had to stop before.
+    if (round.blockedBy !== null ? round.blockedBy < fence : ready > 0 && fence > round.fence) return 'again';
+    if (waiting === 0 && round.blockedBy === null) {
+      s.heldBackSince = null;
+      return 'idle';
+    }
+    const now = Date.now();
+    s.heldBackSince ??= now;
+    if (now - s.lastHeldBackReport >= HELD_BACK_REPORT_MS) {
+      s.lastHeldBackReport = now;
+      const heldBackBy = await findHolder(this.driver, this.queries, fence);
+      const count = waiting + ready;
+      if (this.listenerCount('held-back') > 0) this.emit('held-back', { target: s.target.name, waiting: count, heldBackBy });
+      else {
+        const who = heldBackBy.pid === null ? `transaction ${heldBackBy.xid}` : `pid ${heldBackBy.pid} (open ${heldBackBy.ageSeconds}s)`;
+        console.warn(`[mailroom] relay ${this.id}: ${count} committed event(s) for ${s.target.name} wait behind an open transaction: ${who}`);
+      }
+    }
+    return 'held-back';
+  }
+
+  private async pruneInBackground(): Promise<void> {
+    if (this.pruning || this.state !== 'running' || this.states.every((s) => s.token === null)) return;
+    this.pruning = this.prune()
+      .catch((error: unknown) => this.report(error))
+      .finally(() => (this.pruning = undefined));
+  }
+
+  private poke(s: TargetState): void {
+    s.woken = true;
+    const wake = s.wake;
+    s.wake = undefined;
+    wake?.();
+  }
+
+  private sleep(s: TargetState, ms: number): Promise<void> {
+    if (s.woken || this.state !== 'running') {
+      s.woken = false;
+      return Promise.resolve();
+    }
+    return new Promise((resolve) => {
+      const timer = setTimeout(() => {
+        s.wake = undefined;
+        resolve();
+      }, ms);
+      s.wake = () => {
+        clearTimeout(timer);
+        s.woken = false;
+        resolve();
+      };
+    });
+  }
+
+  private report(error: unknown): void {
+    if (this.listenerCount('error') > 0) this.emit('error', error);
+    else console.error(`[mailroom] relay ${this.id}:`, error instanceof Error ? error.message : error);
+  }
+}

@@ -1,0 +1,38 @@
+import type { CloudEventEnvelope } from '../events/envelope.ts';
+import type { Queryable } from '../storage/driver.ts';
+
+/** One event as the relay hands it to a target. */
+export interface RelayedEvent {
+  /** Its place in the outbox (publish order; per key, commit order). */
+  readonly position: string;
+  /** The publishing transaction's id (xid8, as text). */
+  readonly xid: string;
+  /** The wire form (CloudEvents 1.0 structured JSON). */
+  readonly envelope: CloudEventEnvelope;
+}
+
+/** What a target gets with each batch. */
+export interface RelayContext {
+  /**
+   * The relay's transaction for this batch: the target's cursor advances in it
+   * after `publish` resolves. A target that writes to this database (the
+   * internal fan-out) writes through it, so its writes and the cursor commit
+   * together; a broker target ignores it (the broker's confirm comes first, so
+   * a crash in between publishes again: consumers deduplicate on the event id).
+   */
+  readonly tx: Queryable;
+}
+
+/**
+ * Where a relay delivers events. `publish` resolves once the batch is safely
+ * delivered (committed, confirmed) and rejects otherwise; the batch is then
+ * retried. Events come in position order, which keeps per-key order.
+ *
+ * @example
+ * const audit: RelayTarget = { name: 'audit', publish: async (events) => { await auditLog.append(events.map((e) => e.envelope)); } };
+ */
+export interface RelayTarget {
+  /** Names the target's cursor: 1-128 letters, digits, `_ . : -`. `internal` is the fan-out's. */
+  readonly name: string;
+  publish(events: readonly RelayedEvent[], context: RelayContext): Promise<void>;
+}

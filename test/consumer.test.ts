@@ -1,0 +1,192 @@
+/**
+ * Consumers and the inbox: ctx.tx work, the inbox key and the job's
+ * completion commit together; a redelivered event takes effect once and is
+ * counted; new groups start at 'now' or 'earliest'; the inbox retention must
+ * outlast the retry horizon; per-key order, retries and stats.
+ */
+import { describe, it } from 'node:test';
+import assert from 'node:assert/strict';
+import { defineEvent, handleEvent, RetryableError, ValidationError, type ConsumedEvent, type ConsumerContext } from '../src/index.ts';
+import { testDatabases, type TestMailroom } from './helpers/databases.ts';
+import { waitForEvents } from './helpers/events.ts';
+import { flushUntil } from './helpers/relay.ts';
+
+const credited = defineEvent<{ account: string; cents: number }>('consumer.account-credited', { version: 2 });
+const other = defineEvent<{ n: number }>('consumer.other-happened', { version: 1 });
+
+async function balances(t: TestMailroom): Promise<Record<string, number>> {
+  const rows = await t.sql<{ id: string; balance: number }>(`SELECT id, balance FROM "${t.schema}".accounts ORDER BY id`);
+  return Object.fromEntries(rows.map((r) => [r.id, r.balance]));
+}
+
+async function withAccounts(t: TestMailroom): Promise<void> {
+  await t.sql(`CREATE TABLE "${t.schema}".accounts (id text PRIMARY KEY, balance int NOT NULL DEFAULT 0)`);
+  await t.sql(`INSERT INTO "${t.schema}".accounts (id) VALUES ('a'), ('b')`);
+}
+
+for (const db of testDatabases()) {
+  describe(`consumers on ${db.name}`, () => {
+    it('the handler\'s ctx.tx work commits with the inbox key and the completion; a failure rolls back and retries; per-key order holds', async () => {
+      const t = await db.open();
+      await withAccounts(t);
+      const { mailroom, schema } = t;
+      const seen: ConsumedEvent<{ account: string; cents: number }>[] = [];
+      const attempts = new Map<string, number>();
+      const consumer = mailroom.consumer({
+        group: 'ledger',
+        pollInterval: 20,
+        retry: { maxAttempts: 3 },
+        handlers: {
+          [credited.type]: handleEvent(credited, async (event, ctx: ConsumerContext) => {
+            await ctx.tx.query(`UPDATE "${schema}".accounts SET balance = balance + $2 WHERE id = $1`, [event.data.account, event.data.cents]);
+            const n = (attempts.get(event.id) ?? 0) + 1;
+            attempts.set(event.id, n);
+            if (event.data.cents === 3 && n === 1) throw new RetryableError('failed after the write: it must roll back', { after: 10 });
+            seen.push(event);
+          }),
+        },
+      });
+      await consumer.start();
+      const relay = mailroom.relay({ pollInterval: 20 });
+      await relay.start();
+      const done = waitForEvents(consumer.worker, 'completed', 6);
+      await mailroom.transaction(async (tx) => {
+        for (const cents of [1, 2, 3]) await mailroom.publish(credited, { account: 'a', cents }, { tx, key: 'a', correlationId: 'req-1' });
+      });
+      await mailroom.publishMany(credited, [{ account: 'b', cents: 10 }, { account: 'b', cents: 20 }, { account: 'b', cents: 30 }], { key: 'b', causationId: 'cmd-9' });
+      await done;
+      assert.deepEqual(await balances(t), { a: 6, b: 60 });
+      assert.deepEqual(seen.filter((e) => e.key === 'a').map((e) => e.data.cents), [1, 2, 3], 'per-key order, the retried event before the next');
+      assert.deepEqual(seen.filter((e) => e.key === 'b').map((e) => e.data.cents), [10, 20, 30]);
+      const a1 = seen.find((e) => e.key === 'a')!;
+      assert.equal(a1.type, credited.type);
+      assert.equal(a1.version, 2);
+      assert.equal(a1.correlationId, 'req-1');
+      assert.equal(seen.find((e) => e.key === 'b')?.causationId, 'cmd-9');
+      assert.ok(a1.time instanceof Date);
+      const inbox = await t.sql<{ n: number }>(`SELECT count(*)::int AS n FROM "${schema}".inbox WHERE consumer_group = 'ledger'`);
+      assert.equal(inbox[0]!.n, 6);
+      const [job] = await t.sql<{ correlation_id: string; ordering_key: string; max_attempts: number }>(
+        `SELECT correlation_id, ordering_key, max_attempts FROM "${schema}".jobs WHERE queue = 'consumer.ledger' AND payload->>'id' = $1`,
+        [a1.id],
+      );
+      assert.deepEqual(job, { correlation_id: 'req-1', ordering_key: 'a', max_attempts: 3 });
+      await relay.stop();
+      await consumer.stop();
+    });
+
+    it('a redelivered event (replayed outbox rows) takes effect once, skips the handler and moves the duplicate counter', async () => {
+      const t = await db.open();
+      await withAccounts(t);
+      const { mailroom, schema } = t;
+      let calls = 0;
+      const consumer = mailroom.consumer({
+        group: 'ledger',
+        pollInterval: 20,
+        handlers: {
+          [credited.type]: handleEvent(credited, async (event, ctx) => {
+            calls++;
+            await ctx.tx.query(`UPDATE "${schema}".accounts SET balance = balance + $2 WHERE id = $1`, [event.data.account, event.data.cents]);
+          }),
+        },
+      });
+      await consumer.start();
+      const relay = mailroom.relay();
+      const first = waitForEvents(consumer.worker, 'completed', 3);
+      for (const cents of [1, 2, 4]) await mailroom.publish(credited, { account: 'a', cents }, { key: 'a' });
+      await flushUntil(relay, 3);
+      await first;
+      assert.deepEqual(await balances(t), { a: 7, b: 0 });
+      // Replay every outbox row after the jobs were pruned (or lost): the fan-out makes new jobs, the inbox refuses them.
+      await t.sql(`DELETE FROM "${schema}".jobs WHERE queue = 'consumer.ledger'`);
+      await t.sql(`UPDATE "${schema}".relay_cursors SET cursor_xid = '0', cursor_position = 0 WHERE target = 'internal'`);
+      const duplicates = new Promise<string[]>((resolve) => {
+        const ids: string[] = [];
+        consumer.on('duplicate', (e) => ids.push(e.id) === 3 && resolve(ids));
+      });
+      const again = waitForEvents(consumer.worker, 'completed', 3);
+      await flushUntil(relay, 3);
+      await again;
+      assert.equal((await duplicates).length, 3);
+      assert.deepEqual(await balances(t), { a: 7, b: 0 }, 'one effect per event');
+      assert.equal(calls, 3, 'the handler did not run for the duplicates');
+      assert.equal((await mailroom.stats()).consumers.ledger?.duplicatesRejected, 3);
+      await relay.stop();
+      await consumer.stop();
+    });
+
+    it('a new group starts at "now" by default, or from the earliest retained event', async () => {
+      const t = await db.open();
+      const { mailroom } = t;
+      const relay = mailroom.relay();
+      await mailroom.publish(other, { n: 1 });
+      await flushUntil(relay, 1); // delivered before either group existed
+      await mailroom.publish(other, { n: 2 }); // committed before either group existed, not yet relayed
+      const got = { now: [] as number[], earliest: [] as number[] };
+      const make = (group: 'now' | 'earliest') =>
+        mailroom.consumer({ group, from: group, pollInterval: 20, handlers: { [other.type]: handleEvent(other, (e) => void got[group].push(e.data.n)) } });
+      const fromNow = make('now');
+      const fromEarliest = make('earliest');
+      const nowDone = waitForEvents(fromNow.worker, 'completed', 1);
+      const earliestDone = waitForEvents(fromEarliest.worker, 'completed', 3); // the backfilled event may run at once
+      await fromNow.start();
+      await fromEarliest.start();
+      await mailroom.publish(other, { n: 3 });
+      await flushUntil(relay, 2);
+      await Promise.all([nowDone, earliestDone]);
+      assert.deepEqual(got.now, [3]);
+      assert.deepEqual(got.earliest.sort(), [1, 2, 3], 'no key: no order between them');
+      await Promise.all([fromNow.stop(), fromEarliest.stop(), relay.stop()]);
+      // Restarting an existing group does not backfill again.
+      const restarted = make('earliest');
+      await restarted.start();
+      await restarted.stop();
+      const counted = await t.sql<{ n: number }>(`SELECT count(*)::int AS n FROM "${t.schema}".jobs WHERE queue = 'consumer.earliest'`);
+      assert.equal(counted[0]?.n, 3);
+    });
+
+    it('refuses an inbox retention shorter than the retry horizon, naming both numbers; prunes expired inbox keys', async () => {
+      const t = await db.open();
+      const { mailroom } = t;
+      const short = mailroom.consumer({ group: 'short', inboxRetention: '1h', retry: { maxAge: '2h' }, handlers: { [other.type]: () => {} } });
+      await assert.rejects(short.start(), (e: unknown) =>
+        e instanceof ValidationError && /inboxRetention \(3600000 ms\) is shorter than the retry horizon of consumer\.other-happened \(7200000 ms/.test(e.message),
+      );
+      const defaults = mailroom.consumer({ group: 'short', inboxRetention: '1h', handlers: { [other.type]: () => {} } });
+      await assert.rejects(defaults.start(), /inboxRetention \(3600000 ms\) is shorter than the retry horizon .*25 attempts, backoff up to 3600000 ms/);
+      assert.deepEqual(await t.sql(`SELECT name FROM "${t.schema}".consumer_groups`), [], 'nothing registered');
+      assert.throws(() => mailroom.consumer({ group: 'Bad Group', handlers: { [other.type]: () => {} } }), /group "Bad Group" is not valid/);
+      assert.throws(() => mailroom.consumer({ group: 'g', handlers: { 'NotAType': () => {} } }), /event type "NotAType" is not valid/);
+      assert.throws(() => mailroom.consumer({ group: 'g', handlers: {} }), /handlers is empty/);
+      assert.throws(() => mailroom.consumer({ group: 'g', from: 'latest' as never, handlers: { [other.type]: () => {} } }), /from must be 'now' or 'earliest'/);
+
+      const ok = mailroom.consumer({ group: 'kept', inboxRetention: '2h', retry: { maxAge: '2h' }, maintenance: false, handlers: { [other.type]: () => {} } });
+      await ok.start();
+      const done = waitForEvents(ok.worker, 'completed', 2);
+      await mailroom.publishMany(other, [{ n: 1 }, { n: 2 }]);
+      await flushUntil(mailroom.relay(), 2);
+      await done;
+      await t.sql(`UPDATE "${t.schema}".inbox SET received_at = now() - interval '3 hours' WHERE event_id = (SELECT event_id FROM "${t.schema}".inbox ORDER BY event_id LIMIT 1)`);
+      assert.deepEqual(await ok.prune(), { keys: 1 });
+      assert.equal((await t.sql(`SELECT 1 FROM "${t.schema}".inbox`)).length, 1);
+      await ok.stop();
+    });
+
+    it('stats: a group\'s lag counts events not yet fanned out and jobs not yet finished', async () => {
+      const t = await db.open();
+      const { mailroom } = t;
+      const consumer = mailroom.consumer({ group: 'slow', handlers: { [other.type]: () => {} } });
+      await consumer.start();
+      await consumer.stop();
+      await mailroom.publishMany(other, [{ n: 1 }, { n: 2 }, { n: 3 }]);
+      let stats = await mailroom.stats();
+      assert.deepEqual(stats.consumers.slow, { lag: 3, unrelayed: 3, unfinished: 0, dead: 0, duplicatesRejected: 0 });
+      assert.equal(stats.relay.internal?.unpublished, 3);
+      await flushUntil(mailroom.relay(), 3);
+      stats = await mailroom.stats();
+      assert.deepEqual(stats.consumers.slow, { lag: 3, unrelayed: 0, unfinished: 3, dead: 0, duplicatesRejected: 0 });
+      assert.deepEqual(stats.relay.internal && { unpublished: stats.relay.internal.unpublished, heldBackBy: stats.relay.internal.heldBackBy }, { unpublished: 0, heldBackBy: null });
+      assert.equal(stats.queues['consumer.slow']?.available, 3);
+    });
+  });
+}

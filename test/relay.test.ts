@@ -1,0 +1,254 @@
+/**
+ * The relay's commit-safe read: nothing skipped when transactions commit out
+ * of order, per-key order when xid order is not commit order, an open
+ * transaction holding the relay back (and reported), the fenced lease, the
+ * NOTIFY wake-up and retention. Crash tests with relay processes are in
+ * relay-crash.test.ts.
+ */
+import { describe, it } from 'node:test';
+import assert from 'node:assert/strict';
+import pg from 'pg';
+import { defineEvent, handleEvent, type CloudEventEnvelope, type RelayEvents, type RelayTarget } from '../src/index.ts';
+import { newId } from '../src/ids.ts';
+import { testDatabases, type TestMailroom } from './helpers/databases.ts';
+import { eventually } from './helpers/events.ts';
+import { flushUntil } from './helpers/relay.ts';
+
+const happened = defineEvent<{ n: number }>('relay.happened', { version: 1 });
+
+function capture(name = 'capture'): RelayTarget & { envelopes: CloudEventEnvelope[]; ns(): number[] } {
+  const envelopes: CloudEventEnvelope[] = [];
+  return {
+    name,
+    envelopes,
+    ns: () => envelopes.map((e) => (e.data as { n: number }).n),
+    publish: async (events) => void envelopes.push(...events.map((e) => e.envelope)),
+  };
+}
+
+/** Writes an outbox row with a chosen transaction id, as a transaction with that id would have. */
+async function craft(t: TestMailroom, n: number, xid: string, key: string | null): Promise<void> {
+  await t.sql(
+    `INSERT INTO "${t.schema}".outbox (xid, id, type, version, source, subject, time, data)
+     VALUES ($1::xid8, $2, 'relay.happened', 1, '/test', $3, now(), $4::jsonb)`,
+    [xid, newId(), key, JSON.stringify({ n })],
+  );
+}
+
+for (const db of testDatabases()) {
+  describe(`relay on ${db.name}`, () => {
+    it('keeps per-key order when xid order is not position order, extending or cutting a batch as needed', async () => {
+      const t = await db.open();
+      // Positions follow insert order; xids are chosen. Key K: n=1 (xid 200), n=2 (xid 150), n=4 (xid 180).
+      await craft(t, 1, '200', 'K');
+      await craft(t, 2, '150', 'K');
+      await craft(t, 3, '120', null);
+      await craft(t, 4, '180', 'K');
+      const target = capture();
+      const relay = t.mailroom.relay({ internal: false, to: [target], batchSize: 2 });
+      const reports: RelayEvents['held-back'][0][] = [];
+      relay.on('held-back', (info) => reports.push(info));
+      const first = await relay.flush();
+      assert.equal(first.capture?.delivered, 4);
+      // (xid, position) order is 3, 2, 4, 1; delivered in batches that keep K's rows in position order.
+      assert.deepEqual(target.ns(), [3, 1, 2, 4]);
+      const ks = target.envelopes.filter((e) => e.subject === 'K').map((e) => (e.data as { n: number }).n);
+      assert.deepEqual(ks, [1, 2, 4]);
+
+      // A row whose earlier same-key row is behind the fence (its transaction looks still open: a huge xid)
+      // waits for it; then both go, in position order.
+      await craft(t, 5, '1000000000000000', 'K2');
+      await craft(t, 6, '300', 'K2');
+      await craft(t, 7, '310', null);
+      const held = await relay.flush();
+      assert.deepEqual(held.capture, { delivered: 0, heldBack: true, leased: true }, 'n=7 comes after n=6 in xid order: nothing passes n=6');
+      const stats = await t.mailroom.stats();
+      assert.equal(stats.relay.capture?.unpublished, 3);
+      assert.notEqual(stats.relay.capture?.heldBackBy, null);
+      assert.equal(reports.length, 1, 'reported once (then at most every 10 s)');
+      assert.equal(reports[0]?.waiting, 3);
+      await t.sql(`UPDATE "${t.schema}".outbox SET xid = '250' WHERE (data->>'n')::int = 5`); // its transaction "committed"
+      assert.equal((await relay.flush()).capture?.delivered, 3);
+      assert.deepEqual(target.ns(), [3, 1, 2, 4, 5, 6, 7]);
+      assert.equal((await t.mailroom.stats()).relay.capture?.unpublished, 0);
+      await relay.stop();
+    });
+
+    it('reads in numeric (xid, position) order across digit boundaries', async () => {
+      const t = await db.open();
+      for (let n = 0; n < 12; n++) await craft(t, n, String(95 + n), n % 2 === 0 ? 'even' : null); // xids 95..106, positions 1..12
+      const target = capture();
+      const relay = t.mailroom.relay({ internal: false, to: [target], batchSize: 5 });
+      assert.equal((await relay.flush()).capture?.delivered, 12);
+      assert.deepEqual(target.ns(), [0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11]);
+      await relay.stop();
+    });
+
+    it('fans out committed events once, never rolled-back ones; a replayed fan-out adds no job', async () => {
+      const t = await db.open();
+      const { mailroom } = t;
+      const consumer = mailroom.consumer({ group: 'audit', handlers: { [happened.type]: () => {} } });
+      await consumer.start();
+      await consumer.stop(); // the subscription stays; its jobs are counted below
+      const committed: string[] = [];
+      for (let n = 0; n < 5; n++) committed.push((await mailroom.publish(happened, { n }, { key: `k${n % 2}` })).id);
+      let rolledBack = '';
+      await assert.rejects(
+        mailroom.transaction(async (tx) => {
+          rolledBack = (await mailroom.publish(happened, { n: 99 }, { tx, key: 'k0' })).id;
+          throw new Error('rolled back');
+        }),
+      );
+      const relay = mailroom.relay();
+      await flushUntil(relay, 5);
+      const jobs = async () => t.sql<{ event: string; n: number; key: string }>(
+        `SELECT payload->>'id' AS event, (payload->'data'->>'n')::int AS n, ordering_key AS key FROM "${t.schema}".jobs WHERE queue = 'consumer.audit' ORDER BY ordering_seq`,
+      );
+      const first = await jobs();
+      assert.deepEqual(first.map((j) => j.event).sort(), [...committed].sort());
+      assert.ok(!first.some((j) => j.event === rolledBack));
+      assert.deepEqual(first.filter((j) => j.key === 'k0').map((j) => j.n), [0, 2, 4]);
+      await t.sql(`UPDATE "${t.schema}".relay_cursors SET cursor_xid = '0', cursor_position = 0`); // replay everything
+      await flushUntil(relay, 5);
+      assert.equal((await jobs()).length, 5, 'the same (group, event) job id: nothing new');
+      await relay.stop();
+    });
+
+    it('one relay per target: a held lease is refused, an expired one is taken over, and the old holder is fenced off', async () => {
+      const t = await db.open();
+      const a = capture('shared');
+      const b = capture('shared');
+      const relayA = t.mailroom.relay({ internal: false, to: [a], lease: '1h', id: 'relay-a' });
+      const relayB = t.mailroom.relay({ internal: false, to: [b], lease: '1h', id: 'relay-b' });
+      await t.mailroom.publish(happened, { n: 1 });
+      await flushUntil(relayA, 1, 'shared');
+      assert.equal((await relayB.flush()).shared?.leased, false);
+      await t.sql(`UPDATE "${t.schema}".relay_cursors SET locked_until = now() - interval '1 second'`); // A stopped renewing
+      await t.mailroom.publish(happened, { n: 2 });
+      await flushUntil(relayB, 1, 'shared');
+      await t.mailroom.publish(happened, { n: 3 });
+      const lost: RelayEvents['lease-lost'][0][] = [];
+      relayA.on('lease-lost', (info) => lost.push(info));
+      const refused = (await relayA.flush()).shared;
+      assert.deepEqual({ delivered: refused?.delivered, leased: refused?.leased }, { delivered: 0, leased: false }, 'A still believes it holds the lease: its round is refused');
+      assert.deepEqual(lost, [{ target: 'shared' }]);
+      assert.deepEqual(a.ns(), [1]);
+      assert.deepEqual(b.ns(), [2]);
+      const [row] = await t.sql<{ holder: string; token: string }>(`SELECT holder, token::text AS token FROM "${t.schema}".relay_cursors`);
+      assert.deepEqual(row, { holder: 'relay-b', token: '2' });
+      await relayB.stop(); // hands the lease back: A can take it at once
+      await flushUntil(relayA, 1, 'shared');
+      assert.deepEqual(a.ns(), [1, 3]);
+      await relayA.stop();
+    });
+
+    it('a NOTIFY wakes an idle relay and the consumer before their poll; retention prunes only delivered events', async () => {
+      const t = await db.open();
+      const { mailroom } = t;
+      // A target that has delivered nothing yet keeps every event from being pruned.
+      await t.sql(`INSERT INTO "${t.schema}".relay_cursors (target) VALUES ('late')`);
+      const handled: number[] = [];
+      const consumer = mailroom.consumer({ group: 'fast', pollInterval: '1m', handlers: { [happened.type]: handleEvent(happened, (e) => void handled.push(e.data.n)) } });
+      await consumer.start();
+      const relay = mailroom.relay({ pollInterval: '1m', retention: 0 });
+      await relay.start();
+      await new Promise((r) => setTimeout(r, 100)); // both are idle, waiting for a minute
+      const started = Date.now();
+      await mailroom.publish(happened, { n: 1 });
+      await eventually(() => handled.length === 1, 10_000, 'the event handled');
+      assert.ok(Date.now() - started < 10_000);
+      await relay.stop();
+      await consumer.stop();
+      const late = mailroom.relay({ internal: false, to: [capture('late')] });
+      await mailroom.publish(happened, { n: 2 });
+      await flushUntil(mailroom.relay({ retention: 0 }), 1);
+      assert.deepEqual(await mailroom.relay({ retention: 0 }).prune(), { events: 0 });
+      await flushUntil(late, 2, 'late');
+      assert.deepEqual(await mailroom.relay({ retention: 0 }).prune(), { events: 2 });
+      assert.deepEqual(await t.sql(`SELECT position FROM "${t.schema}".outbox`), []);
+      await late.stop();
+    });
+
+    it(
+      'commit order differs from position order: nothing is skipped, the relay is held back by the open transaction and says which',
+      { skip: db.name === 'pglite' ? 'PGlite serves one connection: two transactions cannot be open at once' : false },
+      async () => {
+        const t = await db.open();
+        const pool = (await db.handle()) as pg.Pool;
+        const [c1, c2] = [await pool.connect(), await pool.connect()];
+        const target = capture();
+        const relay = t.mailroom.relay({ internal: false, to: [target] });
+        const reports: RelayEvents['held-back'][0][] = [];
+        relay.on('held-back', (info) => reports.push(info));
+        try {
+          await c1.query('BEGIN');
+          const { id: first } = await t.mailroom.publish(happened, { n: 1 }, { tx: c1, key: 'a' });
+          const [{ pid, xid }] = (await c1.query(`SELECT pg_backend_pid() AS pid, pg_current_xact_id()::text AS xid`)).rows as [{ pid: number; xid: string }];
+          await c2.query('BEGIN');
+          await t.mailroom.publish(happened, { n: 2 }, { tx: c2, key: 'b' });
+          await c2.query('COMMIT'); // committed, but after T1's xid: behind the fence
+          const held = await relay.flush();
+          assert.deepEqual(held.capture, { delivered: 0, heldBack: true, leased: true });
+          // Other test files share the server: wait until T1 is the oldest open transaction.
+          await eventually(async () => (await t.mailroom.stats()).relay.capture?.heldBackBy?.xid === xid, 10_000, 'T1 holding the fence');
+          assert.deepEqual(target.ns(), []);
+          const stats = (await t.mailroom.stats()).relay.capture!;
+          assert.equal(stats.unpublished, 1, 'T2\'s event is visible and waiting');
+          assert.equal(stats.heldBackBy?.pid, pid);
+          assert.ok((stats.heldBackBy?.ageSeconds ?? -1) >= 0);
+          assert.equal(reports.at(-1)?.heldBackBy.pid, pid, 'reported as an event too');
+          assert.equal(reports.at(-1)?.waiting, 1);
+          await c1.query('COMMIT');
+          await flushUntil(relay, 2, 'capture');
+          assert.deepEqual(target.ns(), [1, 2]);
+          assert.equal(target.envelopes[0]?.id, first);
+          assert.equal((await t.mailroom.stats()).relay.capture?.heldBackBy, null);
+        } finally {
+          await c1.query('ROLLBACK').catch(() => {});
+          await c2.query('ROLLBACK').catch(() => {});
+          c1.release();
+          c2.release();
+          await relay.stop();
+        }
+      },
+    );
+
+    it(
+      'per-key order: a transaction that got its xid first but took the key second is delivered second',
+      { skip: db.name === 'pglite' ? 'PGlite serves one connection: two transactions cannot be open at once' : false },
+      async () => {
+        const t = await db.open();
+        const pool = (await db.handle()) as pg.Pool;
+        await t.sql(`CREATE TABLE "${t.schema}".scratch (n int)`);
+        const handled: number[] = [];
+        const consumer = t.mailroom.consumer({ group: 'ordered', pollInterval: 20, handlers: { [happened.type]: handleEvent(happened, (e) => void handled.push(e.data.n)) } });
+        await consumer.start();
+        const target = capture();
+        const relay = t.mailroom.relay({ to: [target] });
+        const [c1, c2] = [await pool.connect(), await pool.connect()];
+        try {
+          await c2.query('BEGIN');
+          await c2.query(`INSERT INTO "${t.schema}".scratch VALUES (0)`); // T2 takes its xid now
+          await c1.query('BEGIN');
+          await t.mailroom.publish(happened, { n: 1 }, { tx: c1, key: 'K' });
+          await c1.query('COMMIT');
+          await t.mailroom.publish(happened, { n: 2 }, { tx: c2, key: 'K' }); // takes K after T1 committed
+          const [x1, x2] = (await c2.query(`SELECT xid::text AS xid FROM "${t.schema}".outbox ORDER BY position`)).rows as { xid: string }[];
+          assert.ok(BigInt(x2!.xid) < BigInt(x1!.xid), 'the second event has the older xid');
+          await c2.query('COMMIT');
+          await flushUntil(relay, 2, 'capture');
+          assert.deepEqual(target.ns(), [1, 2]);
+          await eventually(() => handled.length === 2, 10_000, 'both handled');
+          assert.deepEqual(handled, [1, 2]);
+        } finally {
+          await c1.query('ROLLBACK').catch(() => {});
+          await c2.query('ROLLBACK').catch(() => {});
+          c1.release();
+          c2.release();
+          await relay.stop();
+          await consumer.stop();
+        }
+      },
+    );
+  });
+}
