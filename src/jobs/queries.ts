@@ -90,13 +90,12 @@ export function jobQueries(quotedSchema: string): JobQueries {
          FROM next WHERE j.id = next.id
        RETURNING ${CLAIM_RETURNING}`,
     ),
-    // $1 ids, $2 claim tokens. `j.id = ANY($1)` (here and in heartbeat and releaseMany) hands the planner
-    // the primary key: with only the join, stale statistics once made it walk every active job per row.
+    // $1 ids, $2 claim tokens
     complete: q(
       'complete',
       `UPDATE ${s}.jobs AS j SET state = 'completed', finished_at = now(), locked_until = NULL
          FROM unnest($1::uuid[], $2::int[]) AS c(id, claim)
-        WHERE j.id = ANY($1::uuid[]) AND j.id = c.id AND j.claim_count = c.claim AND j.state = 'active'
+        WHERE j.id = c.id AND j.claim_count = c.claim AND j.state = 'active'
        RETURNING j.id`,
     ),
     // $1 id, $2 claim, $3 retry wanted, $4 delay ms, $5 dead reason if not retried,
@@ -135,7 +134,7 @@ export function jobQueries(quotedSchema: string): JobQueries {
       'release_many',
       `UPDATE ${s}.jobs AS j SET state = 'available', run_at = now(), attempt = j.attempt - 1, locked_until = NULL
          FROM unnest($1::uuid[], $2::int[]) AS c(id, claim)
-        WHERE j.id = ANY($1::uuid[]) AND j.id = c.id AND j.claim_count = c.claim AND j.state = 'active'
+        WHERE j.id = c.id AND j.claim_count = c.claim AND j.state = 'active'
        RETURNING j.id, j.type`,
     ),
     // $1 ids, $2 claim tokens, $3 lease ms
@@ -143,7 +142,7 @@ export function jobQueries(quotedSchema: string): JobQueries {
       'heartbeat',
       `UPDATE ${s}.jobs AS j SET locked_until = now() + $3::bigint * interval '1 millisecond'
          FROM unnest($1::uuid[], $2::int[]) AS c(id, claim)
-        WHERE j.id = ANY($1::uuid[]) AND j.id = c.id AND j.claim_count = c.claim AND j.state = 'active'
+        WHERE j.id = c.id AND j.claim_count = c.claim AND j.state = 'active'
        RETURNING j.id`,
     ),
     // $1 batch size, $2 message. Counts the attempt; touches a job only if still active with the claim it read.
