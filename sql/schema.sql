@@ -76,7 +76,7 @@ CREATE TABLE :"schema".jobs (
   dead_reason text,
   last_error jsonb,
   payload jsonb NOT NULL
-) WITH (autovacuum_analyze_scale_factor=0.02, autovacuum_vacuum_insert_scale_factor=0.01, autovacuum_vacuum_scale_factor=0.01, autovacuum_vacuum_threshold=1000, fillfactor=85);
+) WITH (fillfactor=85);
 
 CREATE TABLE :"schema".migrations (
   version integer NOT NULL,

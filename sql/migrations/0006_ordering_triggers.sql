@@ -61,11 +61,4 @@ BEGIN
 END;
 $$;
 
--- A queue table is mostly dead rows in waiting: every claim and completion leaves one behind, and
--- the claim's index scan walks the dead entries at the head of the queue until VACUUM removes them.
--- PostgreSQL's default (vacuum after 20% of the table is dead) lets a 1,000,000-job backlog pile
--- up 200,000 of them; vacuum this table after 1%. (No effect where autovacuum is off.)
-ALTER TABLE :"schema".jobs SET (autovacuum_vacuum_scale_factor = 0.01, autovacuum_vacuum_threshold = 1000,
-  autovacuum_vacuum_insert_scale_factor = 0.01, autovacuum_analyze_scale_factor = 0.02);
-
 INSERT INTO :"schema".migrations (version, name) VALUES (6, 'ordering_triggers');
