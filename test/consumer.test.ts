@@ -6,7 +6,7 @@
  */
 import { describe, it } from 'node:test';
 import assert from 'node:assert/strict';
-import { defineEvent, handleEvent, RetryableError, ValidationError, type ConsumedEvent, type ConsumerContext } from '../src/index.ts';
+import { defaultClassifier, defineEvent, handleEvent, RetryableError, ValidationError, type ConsumedEvent, type ConsumerContext } from '../src/index.ts';
 import { testDatabases, type TestMailroom } from './helpers/databases.ts';
 import { waitForEvents } from './helpers/events.ts';
 import { flushUntil } from './helpers/relay.ts';
@@ -73,6 +73,51 @@ for (const db of testDatabases()) {
       assert.deepEqual(job, { correlation_id: 'req-1', ordering_key: 'a', max_attempts: 3 });
       await relay.stop();
       await consumer.stop();
+    });
+
+    it('the group\'s retry policy applies to its events: backoff and attempts, its classifier, its timeout', async () => {
+      const t = await db.open();
+      const { mailroom, schema } = t;
+      const runs: { n: number; at: number }[] = [];
+      const consumer = mailroom.consumer({
+        group: 'policy',
+        pollInterval: 20,
+        concurrency: 4,
+        retry: { maxAttempts: 3, backoff: { base: 150, max: 150, jitter: 'none' } },
+        timeout: 100,
+        // Anything saying "refused" is not worth retrying; everything else as the core decides.
+        classify: (error) => (error instanceof Error && error.message.includes('refused') ? { category: 'permanent', retry: false } : defaultClassifier(error)),
+        handlers: {
+          [other.type]: handleEvent(other, async (event, ctx) => {
+            runs.push({ n: event.data.n, at: Date.now() });
+            if (event.data.n === 1) throw new Error('flaky, every time');
+            if (event.data.n === 2) throw new Error('refused by the provider');
+            await new Promise<void>((resolve) => ctx.signal.addEventListener('abort', () => resolve(), { once: true })); // n = 3: hangs until the timeout aborts it
+            throw ctx.signal.reason;
+          }),
+        },
+      });
+      await consumer.start();
+      const relay = mailroom.relay({ pollInterval: 20 });
+      await relay.start();
+      const dead = waitForEvents(consumer.worker, 'failed', 7, 20_000); // 3 + 1 + 3 attempts
+      await mailroom.publishMany(other, [{ n: 1 }, { n: 2 }, { n: 3 }]);
+      const failures = await dead;
+      await relay.stop();
+      await consumer.stop();
+      const rows = await t.sql<{ n: number; state: string; attempt: number; dead_reason: string; category: string }>(
+        `SELECT (payload->'data'->>'n')::int AS n, state, attempt, dead_reason, last_error->>'category' AS category
+           FROM "${schema}".jobs WHERE queue = 'consumer.policy' ORDER BY 1`,
+      );
+      assert.deepEqual(rows, [
+        { n: 1, state: 'dead', attempt: 3, dead_reason: 'max-attempts', category: 'transient' },
+        { n: 2, state: 'dead', attempt: 1, dead_reason: 'permanent', category: 'permanent' },
+        { n: 3, state: 'dead', attempt: 3, dead_reason: 'max-attempts', category: 'timeout' },
+      ]);
+      const flaky = runs.filter((r) => r.n === 1).map((r) => r.at);
+      assert.equal(flaky.length, 3);
+      for (let i = 1; i < flaky.length; i++) assert.ok(flaky[i]! - flaky[i - 1]! >= 140, `retry ${i} came ${flaky[i]! - flaky[i - 1]!} ms after the previous run; the group's backoff is 150 ms`);
+      assert.equal(failures.filter(([, detail]) => detail.dead).length, 3);
     });
 
     it('a redelivered event (replayed outbox rows) takes effect once, skips the handler and moves the duplicate counter', async () => {
@@ -150,10 +195,10 @@ for (const db of testDatabases()) {
       const { mailroom } = t;
       const short = mailroom.consumer({ group: 'short', inboxRetention: '1h', retry: { maxAge: '2h' }, handlers: { [other.type]: () => {} } });
       await assert.rejects(short.start(), (e: unknown) =>
-        e instanceof ValidationError && /inboxRetention \(3600000 ms\) is shorter than the retry horizon of consumer\.other-happened \(7200000 ms/.test(e.message),
+        e instanceof ValidationError && /inboxRetention \(3600000 ms\) is shorter than the group's retry horizon \(7200000 ms/.test(e.message),
       );
       const defaults = mailroom.consumer({ group: 'short', inboxRetention: '1h', handlers: { [other.type]: () => {} } });
-      await assert.rejects(defaults.start(), /inboxRetention \(3600000 ms\) is shorter than the retry horizon .*25 attempts, backoff up to 3600000 ms/);
+      await assert.rejects(defaults.start(), /inboxRetention \(3600000 ms\) is shorter than the group's retry horizon .*25 attempts, backoff up to 3600000 ms/);
       assert.deepEqual(await t.sql(`SELECT name FROM "${t.schema}".consumer_groups`), [], 'nothing registered');
       assert.throws(() => mailroom.consumer({ group: 'Bad Group', handlers: { [other.type]: () => {} } }), /group "Bad Group" is not valid/);
       assert.throws(() => mailroom.consumer({ group: 'g', handlers: { 'NotAType': () => {} } }), /event type "NotAType" is not valid/);

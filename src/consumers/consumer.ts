@@ -2,9 +2,8 @@ import { EventEmitter } from 'node:events';
 import type { Duration } from '../duration.ts';
 import { MailroomError, RetryableError, ValidationError } from '../errors.ts';
 import { fromEnvelope, toEnvelope, type OutboxRow } from '../events/envelope.ts';
-import { findJob } from '../registry.ts';
+import { registerQueuePolicy } from '../worker/queue-policies.ts';
 import { retryHorizonMs } from '../retention.ts';
-import { resolveRetryPolicy } from '../retry/backoff.ts';
 import { isSnooze } from '../snooze.ts';
 import type { Driver, Transaction } from '../storage/driver.ts';
 import type { FanOutQueries } from '../relay/fanout-queries.ts';
@@ -29,7 +28,6 @@ export interface ConsumerDeps {
   makeWorker(options: WorkerOptions): Worker;
 }
 
-const DEFAULT_BACKOFF = resolveRetryPolicy(undefined, 'default');
 const BACKFILL_BATCH = 500;
 const PRUNE_BATCH = 1000;
 const MAX_PRUNE_BATCHES = 100;
@@ -59,6 +57,8 @@ export class Consumer extends EventEmitter<ConsumerEvents> {
     this.resolved = resolveConsumerOptions(options);
     this.group = this.resolved.group;
     this.queue = this.resolved.queue;
+    // The group's jobs carry event types: the worker takes their retry policy, classifier and timeout from here.
+    registerQueuePolicy(this.queue, { retry: this.resolved.retry, classify: this.resolved.classify, timeoutMs: this.resolved.timeoutMs });
     const handlers: Record<string, JobHandler> = {};
     for (const type of this.resolved.types) handlers[type] = this.wrap(options.handlers[type]!);
     this.worker = deps.makeWorker({
@@ -135,15 +135,13 @@ export class Consumer extends EventEmitter<ConsumerEvents> {
 
   /** The longest an event of the group can keep being retried; the inbox must remember it at least that long. */
   private checkInboxRetention(): void {
-    for (const type of this.resolved.types) {
-      const backoff = findJob(type)?.retry ?? DEFAULT_BACKOFF; // what the worker's retries will use
-      const horizon = retryHorizonMs({ retry: { ...backoff, maxAttempts: this.resolved.maxAttempts, maxAgeMs: this.resolved.maxAgeMs } });
-      if (this.resolved.inboxRetentionMs < horizon) {
-        throw new ValidationError(
-          `consumer ${this.group}: inboxRetention (${this.resolved.inboxRetentionMs} ms) is shorter than the retry horizon of ${type} (${horizon} ms: ${this.resolved.maxAttempts} attempts, backoff up to ${backoff.maxMs} ms${this.resolved.maxAgeMs !== null ? `, maxAge ${this.resolved.maxAgeMs} ms` : ''}); a redelivery could arrive after its inbox key expired and run again. Raise inboxRetention or set a shorter retry.maxAge / maxAttempts`,
-          [{ path: 'inboxRetention', message: 'shorter than the retry horizon' }],
-        );
-      }
+    const retry = this.resolved.retry;
+    const horizon = retryHorizonMs({ retry });
+    if (this.resolved.inboxRetentionMs < horizon) {
+      throw new ValidationError(
+        `consumer ${this.group}: inboxRetention (${this.resolved.inboxRetentionMs} ms) is shorter than the group's retry horizon (${horizon} ms: ${retry.maxAttempts} attempts, backoff up to ${retry.maxMs} ms${retry.maxAgeMs !== null ? `, maxAge ${retry.maxAgeMs} ms` : ''}); a redelivery could arrive after its inbox key expired and run again. Raise inboxRetention or set a shorter retry.maxAge / maxAttempts`,
+        [{ path: 'inboxRetention', message: 'shorter than the retry horizon' }],
+      );
     }
   }
 

@@ -1,7 +1,8 @@
 import { toMilliseconds, type Duration } from '../duration.ts';
 import { ValidationError } from '../errors.ts';
 import { assertEventType } from '../events/event-type.ts';
-import { DEFAULT_MAX_ATTEMPTS } from '../retry/backoff.ts';
+import { resolveRetryPolicy, type RetryOptions, type RetryPolicy } from '../retry/backoff.ts';
+import { defaultClassifier, type ErrorClassifier } from '../retry/classify.ts';
 import type { RateLimit } from '../worker/queue-controls.ts';
 import type { EventHandler } from './handle-event.ts';
 
@@ -17,8 +18,12 @@ export interface ConsumerOptions {
    * already delivered. Only the group's first start decides.
    */
   from?: 'now' | 'earliest';
-  /** Attempts in all for one event (default 25), and the age after which it is dead-lettered. Backoff follows the core's defaults. */
-  retry?: { maxAttempts?: number; maxAge?: Duration };
+  /** Attempts in all for one event (default 25), the backoff between them, and the age after which it is dead-lettered. */
+  retry?: RetryOptions;
+  /** How long one handler run may take; past it, `ctx.signal` aborts and the attempt fails as `timeout`. Default none. */
+  timeout?: Duration;
+  /** Which errors are worth retrying. Default: the core's classifier (see docs/JOBS.md). */
+  classify?: ErrorClassifier;
   /** How long the inbox remembers a handled event. Must outlast the retry horizon. Default `'7d'`. */
   inboxRetention?: Duration;
   /** Events handled at once by this process. Default 10. */
@@ -45,6 +50,9 @@ export interface ResolvedConsumerOptions {
   from: 'now' | 'earliest';
   maxAttempts: number;
   maxAgeMs: number | null;
+  retry: RetryPolicy;
+  timeoutMs: number | null;
+  classify: ErrorClassifier;
   inboxRetentionMs: number;
 }
 
@@ -75,18 +83,18 @@ export function resolveConsumerOptions(options: ConsumerOptions): ResolvedConsum
   }
   const from = options.from ?? 'now';
   if (from !== 'now' && from !== 'earliest') throw invalid('from', `consumer ${group}: from must be 'now' or 'earliest', got ${JSON.stringify(from)}`);
-  const maxAttempts = options.retry?.maxAttempts ?? DEFAULT_MAX_ATTEMPTS;
-  if (!Number.isInteger(maxAttempts) || maxAttempts < 1 || maxAttempts > 1_000_000) {
-    throw invalid('retry.maxAttempts', `consumer ${group}: retry.maxAttempts must be an integer from 1 to 1000000, got ${String(maxAttempts)}`);
-  }
-  const maxAge = options.retry?.maxAge;
+  const retry = resolveRetryPolicy(options.retry, `consumer ${group}`);
+  if (options.classify !== undefined && typeof options.classify !== 'function') throw invalid('classify', `consumer ${group}: classify must be a function`);
   return {
     group,
     queue: queueOfGroup(group),
     types,
     from,
-    maxAttempts,
-    maxAgeMs: maxAge === undefined ? null : toMilliseconds(maxAge, `consumer ${group}: retry.maxAge`),
+    maxAttempts: retry.maxAttempts,
+    maxAgeMs: retry.maxAgeMs,
+    retry,
+    timeoutMs: options.timeout === undefined ? null : toMilliseconds(options.timeout, `consumer ${group}: timeout`),
+    classify: options.classify ?? defaultClassifier,
     inboxRetentionMs: toMilliseconds(options.inboxRetention ?? '7d', `consumer ${group}: inboxRetention`),
   };
 }

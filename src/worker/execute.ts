@@ -1,4 +1,5 @@
 import { findJob } from '../registry.ts';
+import { findQueuePolicy } from './queue-policies.ts';
 import { backoffDelay, resolveRetryPolicy, type RetryPolicy } from '../retry/backoff.ts';
 import { defaultClassifier, JobTimeoutError, UnknownJobTypeError, type ErrorCategory, type ErrorClassifier } from '../retry/classify.ts';
 import { isSnooze } from '../snooze.ts';
@@ -56,7 +57,7 @@ function describe(error: unknown): { message: string; stack: string | null } {
 
 /** Turns a failure into a retry decision using the job type's classifier and policy. */
 export function decideFailure(row: ClaimedRow, error: unknown, random: () => number = Math.random): Extract<Outcome, { kind: 'failed' }> {
-  const def = findJob(row.type);
+  const def = findQueuePolicy(row.queue) ?? findJob(row.type);
   const classify: ErrorClassifier = def?.classify ?? defaultClassifier;
   const policy: RetryPolicy = def?.retry ?? DEFAULT_POLICY;
   let classification;
@@ -141,7 +142,7 @@ export function execute(run: JobRun, handler: JobHandler | undefined, deps: Exec
     }
     run.onAbort(() => finish(aborted()));
     if (run.aborted) return finish(aborted());
-    const timeoutMs = findJob(row.type)?.timeoutMs ?? null;
+    const timeoutMs = (findQueuePolicy(row.queue) ?? findJob(row.type))?.timeoutMs ?? null;
     if (timeoutMs !== null) {
       timer = setTimeout(() => run.abort(new JobTimeoutError(`job ${row.type} timed out after ${timeoutMs} ms`)), timeoutMs);
     }
