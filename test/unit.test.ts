@@ -16,6 +16,7 @@ import { backoffDelay, DEFAULT_MAX_ATTEMPTS, resolveRetryPolicy, type RetryOptio
 import { defaultClassifier, JobTimeoutError, UnknownJobTypeError } from '../src/retry/classify.ts';
 import { decideFailure } from '../src/worker/execute.ts';
 import { SerialLane } from '../src/worker/serial-lane.ts';
+import { Waker } from '../src/worker/waker.ts';
 import type { ClaimedRow } from '../src/worker/types.ts';
 
 /** Asserts `fn` throws a ValidationError whose message matches every pattern. */
@@ -491,5 +492,22 @@ describe('SerialLane', () => {
     assert.deepEqual(log, ['start a', 'end a', 'start b', 'end b', 'start c', 'end c']);
     assert.deepEqual(results.map((r) => r.status), ['fulfilled', 'rejected', 'fulfilled']);
     assert.equal(results[2]?.status === 'fulfilled' ? results[2].value : undefined, 'c');
+  });
+});
+
+describe('Waker', () => {
+  test('a poke ends the current sleep; a poke before the sleep is kept for it; otherwise the sleep lasts its time', async () => {
+    const waker = new Waker();
+    let t = performance.now();
+    setTimeout(() => waker.poke(), 10);
+    await waker.sleep(5_000);
+    assert.ok(performance.now() - t < 1_000, 'the poke ended a 5 s sleep early');
+    waker.poke();
+    t = performance.now();
+    await waker.sleep(5_000);
+    assert.ok(performance.now() - t < 100, 'a poke that came before the sleep counts');
+    t = performance.now();
+    await waker.sleep(30);
+    assert.ok(performance.now() - t >= 25, 'the kept poke was used up: this sleep ran its time');
   });
 });

@@ -8,6 +8,7 @@ import type { ResolvedRelayOptions } from './options.ts';
 import { planBatch, type OutboxPoint } from './read-batch.ts';
 import type { RelayQueries } from './relay-queries.ts';
 import type { RelayedEvent, RelayTarget } from './target.ts';
+import { Waker } from '../worker/waker.ts';
 
 /** Events a relay emits. */
 export interface RelayEvents {
@@ -38,8 +39,8 @@ interface TargetState {
   token: string | null;
   /** Rounds of one target never overlap within a process. */
   busy: Promise<unknown>;
-  wake: (() => void) | undefined;
-  woken: boolean;
+  /** Cuts this target's sleep short (NOTIFY, stop). */
+  waker: Waker;
   heldBackSince: number | null;
   lastHeldBackReport: number;
 }
@@ -81,7 +82,7 @@ export class Relay extends EventEmitter<RelayEvents> {
   ) {
     super();
     this.id = options.id;
-    this.states = options.targets.map((target) => ({ target, token: null, busy: Promise.resolve(), wake: undefined, woken: false, heldBackSince: null, lastHeldBackReport: 0 }));
+    this.states = options.targets.map((target) => ({ target, token: null, busy: Promise.resolve(), waker: new Waker(), heldBackSince: null, lastHeldBackReport: 0 }));
   }
 
   /** The names of this relay's targets. */
@@ -346,28 +347,11 @@ export class Relay extends EventEmitter<RelayEvents> {
   }
 
   private poke(s: TargetState): void {
-    s.woken = true;
-    const wake = s.wake;
-    s.wake = undefined;
-    wake?.();
+    s.waker.poke();
   }
 
   private sleep(s: TargetState, ms: number): Promise<void> {
-    if (s.woken || this.state !== 'running') {
-      s.woken = false;
-      return Promise.resolve();
-    }
-    return new Promise((resolve) => {
-      const timer = setTimeout(() => {
-        s.wake = undefined;
-        resolve();
-      }, ms);
-      s.wake = () => {
-        clearTimeout(timer);
-        s.woken = false;
-        resolve();
-      };
-    });
+    return this.state === 'running' ? s.waker.sleep(ms) : Promise.resolve();
   }
 
   private report(error: unknown): void {

@@ -14,6 +14,7 @@ import { QueueControls } from './queue-controls.ts';
 import { HeldJobs } from './held-jobs.ts';
 import { JobRun } from './job-run.ts';
 import { SerialLane } from './serial-lane.ts';
+import { Waker } from './waker.ts';
 import { resolveWorkerOptions, type WorkerOptions } from './options.ts';
 
 export type { WorkerOptions } from './options.ts';
@@ -60,8 +61,8 @@ export class Worker extends EventEmitter<WorkerEvents> {
   private state: 'idle' | 'running' | 'stopping' | 'stopped' = 'idle';
   private loop: Promise<void> | undefined;
   private stopping: Promise<void> | undefined;
-  private wake: (() => void) | undefined;
-  private woken = false;
+  /** Cuts the claim loop's sleep short (NOTIFY, a finished job, a stop). */
+  private readonly waker = new Waker();
   private nextQueue = 0;
   private readonly controls: QueueControls;
   private readonly recordDeps: RecordDeps;
@@ -204,28 +205,11 @@ export class Worker extends EventEmitter<WorkerEvents> {
   }
 
   private poke(): void {
-    this.woken = true;
-    const wake = this.wake;
-    this.wake = undefined;
-    wake?.();
+    this.waker.poke();
   }
 
   private sleep(ms: number): Promise<void> {
-    if (this.woken) {
-      this.woken = false;
-      return Promise.resolve();
-    }
-    return new Promise((resolve) => {
-      const timer = setTimeout(() => {
-        this.wake = undefined;
-        resolve();
-      }, ms);
-      this.wake = () => {
-        clearTimeout(timer);
-        this.woken = false;
-        resolve();
-      };
-    });
+    return this.waker.sleep(ms);
   }
 
   private async claimLoop(): Promise<void> {
@@ -290,17 +274,21 @@ export class Worker extends EventEmitter<WorkerEvents> {
     const entry = new JobRun(row);
     this.running.set(row.id, entry);
     void execute(entry, this.options.handlers[row.type] as JobHandler | undefined, this.executionDeps).then(({ outcome, tx }) => {
-      if (outcome.kind === 'rate-limited' && !entry.settled) {
-        // Back the queue off before this slot can claim again.
-        this.withRetries(() => this.controls.pause(row.queue, outcome.delayMs)).then(
-          () => this.finished(entry, outcome, tx),
-          (error: unknown) => {
-            this.report(error);
-            this.finished(entry, outcome, tx);
-          },
-        );
-      } else {
-        this.finished(entry, outcome, tx);
+      try {
+        if (outcome.kind === 'rate-limited' && !entry.settled) {
+          // Back the queue off before this slot can claim again.
+          this.withRetries(() => this.controls.pause(row.queue, outcome.delayMs)).then(
+            () => this.finished(entry, outcome, tx),
+            (error: unknown) => {
+              this.report(error);
+              this.finished(entry, outcome, tx);
+            },
+          );
+        } else {
+          this.finished(entry, outcome, tx);
+        }
+      } catch (error) {
+        this.report(error); // a bug here must not become an unhandled rejection that ends the process
       }
     });
   }
