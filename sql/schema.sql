@@ -16,7 +16,8 @@ CREATE TABLE :"schema".consumer_groups (
   inbox_retention_ms bigint NOT NULL,
   duplicates_rejected bigint DEFAULT 0 NOT NULL,
   created_at timestamp with time zone DEFAULT now() NOT NULL,
-  updated_at timestamp with time zone DEFAULT now() NOT NULL
+  updated_at timestamp with time zone DEFAULT now() NOT NULL,
+  source text
 );
 
 CREATE TABLE :"schema".entity_versions (
@@ -294,6 +295,7 @@ CREATE TRIGGER outbox_position BEFORE INSERT ON :"schema".outbox FOR EACH ROW EX
 
 -- Comments
 
+COMMENT ON COLUMN :"schema".consumer_groups.source IS 'NULL: internal events through the relay; otherwise the broker it reads from (e.g. rabbitmq queue billing)';
 COMMENT ON COLUMN :"schema".jobs.blocked IS 'waiting for an earlier job with the same ordering key to finish';
 COMMENT ON COLUMN :"schema".jobs.claim_count IS 'fencing token: incremented by every claim; every state change of an active job checks it';
 COMMENT ON COLUMN :"schema".outbox.position IS 'taken after the key lock (trigger outbox_before_insert): per key, the commit order';

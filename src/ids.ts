@@ -1,4 +1,4 @@
-import { randomBytes } from 'node:crypto';
+import { createHash, randomBytes } from 'node:crypto';
 
 let lastMs = 0;
 let sequence = 0;
@@ -42,4 +42,21 @@ const UUID = /^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$/i;
 /** True when `value` has the shape of a UUID (any version). */
 export function isUuid(value: unknown): value is string {
   return typeof value === 'string' && UUID.test(value);
+}
+
+const UUID_V7 = /^[0-9a-f]{8}-[0-9a-f]{4}-7/i;
+
+/**
+ * A deterministic UUID (version 8) naming `parts`: the same parts always give
+ * the same id, so storing a redelivered message twice is a conflict, not a
+ * second row. When `timeOf` is a UUIDv7, the id starts with its 48 time bits
+ * and sorts by that time like other ids.
+ *
+ * @example
+ * derivedId(['billing', 'https://shop.example', 'order-17']) // '5c1e…-8…-8…-…'
+ */
+export function derivedId(parts: readonly string[], timeOf?: string): string {
+  const hash = createHash('sha256').update(parts.join('\n')).digest('hex');
+  const time = timeOf !== undefined && UUID_V7.test(timeOf) ? timeOf.replace('-', '').slice(0, 12).toLowerCase() : hash.slice(20, 32);
+  return `${time.slice(0, 8)}-${time.slice(8, 12)}-8${hash.slice(0, 3)}-${((parseInt(hash[3]!, 16) & 0x3) | 0x8).toString(16)}${hash.slice(4, 7)}-${hash.slice(7, 19)}`;
 }

@@ -36,6 +36,7 @@ import { fanOutQueries, type FanOutQueries } from './relay/fanout-queries.ts';
 import { internalTarget } from './relay/internal-target.ts';
 import { Consumer } from './consumers/consumer.ts';
 import { consumerQueries, type ConsumerQueries } from './consumers/consumer-queries.ts';
+import { ingestQueries, type IngestQueries } from './consumers/ingest-queries.ts';
 import type { ConsumerOptions } from './consumers/options.ts';
 
 /** Options of {@link createMailroom}. */
@@ -125,6 +126,7 @@ export class Mailroom {
   private readonly outboxQueries: OutboxQueries;
   private readonly relayQueries: RelayQueries;
   private readonly consumerQueries: ConsumerQueries;
+  private readonly ingestQueries: IngestQueries;
   private readonly fanOutQueries: FanOutQueries;
   private readonly source: string;
 
@@ -141,6 +143,7 @@ export class Mailroom {
     this.outboxQueries = outboxQueries(this.quotedSchema);
     this.relayQueries = relayQueries(this.quotedSchema);
     this.consumerQueries = consumerQueries(this.quotedSchema);
+    this.ingestQueries = ingestQueries(this.quotedSchema);
     this.fanOutQueries = fanOutQueries(this.quotedSchema);
     this.source = options.source ?? defaultSource();
     this.maxPayloadBytes = options.maxPayloadBytes ?? DEFAULT_MAX_PAYLOAD_BYTES;
@@ -287,19 +290,21 @@ export class Mailroom {
   }
 
   /**
-   * Makes a consumer group for internal events: each event of the types it
-   * handles becomes a job in its queue (`consumer.<group>`, the event's key as
-   * ordering key), run with an inbox so it takes effect once. Call `start()`.
+   * Makes a consumer group: each event of the types it handles (published
+   * here and relayed, or read from a broker `source`) becomes a job in its
+   * queue (`consumer.<group>`, the event's key as ordering key), run with an
+   * inbox so it takes effect once. Call `start()`.
    *
    * @example
    * const billing = mailroom.consumer({ group: 'billing', handlers: {
    *   [orderCreated.type]: handleEvent(orderCreated, async (event, ctx) => { await ctx.tx.query('…', [event.data.orderId]); }),
    * } });
    * await billing.start();
+   * // from a broker: mailroom.consumer({ group: 'billing', source: rabbitmqSource({ url, queue: 'billing' }), handlers })
    */
   consumer(options: ConsumerOptions): Consumer {
     const consumer = new Consumer(
-      { driver: this.driver, queries: this.consumerQueries, fanOut: this.fanOutQueries, makeWorker: (workerOptions) => this.worker(workerOptions) },
+      { driver: this.driver, queries: this.consumerQueries, fanOut: this.fanOutQueries, ingest: this.ingestQueries, makeWorker: (workerOptions) => this.worker(workerOptions) },
       options,
     );
     this.consumers.add(consumer);

@@ -28,15 +28,17 @@ export function consumerQueries(quotedSchema: string): ConsumerQueries {
       'consumer_lock_cursor',
       `SELECT cursor_xid::text AS cursor_xid, cursor_position::text AS cursor_position FROM ${s}.relay_cursors WHERE target = $1 FOR SHARE`,
     ),
-    // $1 name, $2 queue, $3 types, $4 from earliest, $5 max attempts, $6 max age ms, $7 inbox retention ms.
-    // A new group's start snapshot (from 'now'): events committed before it are not the group's.
+    // $1 name, $2 queue, $3 types, $4 from earliest, $5 max attempts, $6 max age ms, $7 inbox retention ms,
+    // $8 broker source (null: internal events). A new group's start snapshot (from 'now'): events
+    // committed before it are not the group's.
     registerGroup: q(
       'consumer_register',
-      `INSERT INTO ${s}.consumer_groups AS g (name, queue, types, start_snapshot, max_attempts, max_age_ms, inbox_retention_ms)
-       VALUES ($1, $2, $3::text[], CASE WHEN $4::boolean THEN NULL ELSE pg_current_snapshot() END, $5, $6, $7)
+      `INSERT INTO ${s}.consumer_groups AS g (name, queue, types, start_snapshot, max_attempts, max_age_ms, inbox_retention_ms, source)
+       VALUES ($1, $2, $3::text[], CASE WHEN $4::boolean THEN NULL ELSE pg_current_snapshot() END, $5, $6, $7, $8::text)
        ON CONFLICT (name) DO UPDATE
           SET queue = EXCLUDED.queue, types = EXCLUDED.types, max_attempts = EXCLUDED.max_attempts,
-              max_age_ms = EXCLUDED.max_age_ms, inbox_retention_ms = EXCLUDED.inbox_retention_ms, updated_at = now()
+              max_age_ms = EXCLUDED.max_age_ms, inbox_retention_ms = EXCLUDED.inbox_retention_ms,
+              source = EXCLUDED.source, updated_at = now()
        RETURNING (xmax = 0) AS created`,
     ),
     // $1 types, $2 cursor xid, $3 cursor position, $4 after position, $5 limit: events the internal
@@ -64,16 +66,17 @@ export function consumerQueries(quotedSchema: string): ConsumerQueries {
           LIMIT $3)`,
     ),
     // $1 internal target. Per group: its unfinished jobs, events of its types the fan-out has not
-    // reached yet, and the duplicates its inbox rejected.
+    // reached yet (none for a group reading from a broker), and the duplicates its inbox rejected.
     groupStats: q(
       'consumer_group_stats',
-      `SELECT g.name, g.duplicates_rejected::float8 AS duplicates_rejected,
+      `SELECT g.name, g.source, g.duplicates_rejected::float8 AS duplicates_rejected,
               (SELECT count(*) FROM ${s}.jobs AS j
                 WHERE j.queue = g.queue AND j.state IN ('scheduled', 'available', 'active', 'retrying'))::int AS unfinished,
               (SELECT count(*) FROM ${s}.jobs AS j WHERE j.queue = g.queue AND j.state = 'dead')::int AS dead,
+              CASE WHEN g.source IS NOT NULL THEN 0 ELSE
               (SELECT count(*) FROM ${s}.outbox AS o, ${s}.relay_cursors AS c
                 WHERE c.target = $1 AND o.type = ANY(g.types) AND (o.xid, o.position) > (c.cursor_xid, c.cursor_position)
-                  AND (g.start_snapshot IS NULL OR NOT pg_visible_in_snapshot(o.xid, g.start_snapshot)))::int AS unrelayed
+                  AND (g.start_snapshot IS NULL OR NOT pg_visible_in_snapshot(o.xid, g.start_snapshot)))::int END AS unrelayed
          FROM ${s}.consumer_groups AS g ORDER BY g.name`,
     ),
   };

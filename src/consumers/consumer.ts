@@ -10,14 +10,22 @@ import type { FanOutQueries } from '../relay/fanout-queries.ts';
 import { fanOut, INTERNAL_TARGET } from '../relay/internal-target.ts';
 import type { Job, JobContext, JobHandler } from '../worker/types.ts';
 import type { Worker, WorkerEvents, WorkerOptions } from '../worker/worker.ts';
+import type { SafetyWarning } from '../brokers/safety.ts';
 import type { ConsumerQueries } from './consumer-queries.ts';
+import { inboxKeyOf } from './decode-message.ts';
+import { SourceIngest, type IngestedInfo } from './ingest.ts';
+import type { IngestQueries } from './ingest-queries.ts';
 import type { ConsumerContext, EventHandler } from './handle-event.ts';
 import { resolveConsumerOptions, type ConsumerOptions, type ResolvedConsumerOptions } from './options.ts';
 
-/** Events a consumer emits: its worker's, and `duplicate`. */
+/** Events a consumer emits: its worker's, `duplicate`, and for a broker source `ingested` and `warning`. */
 export interface ConsumerEvents extends WorkerEvents {
   /** A redelivered event was acknowledged without running the handler (its inbox key existed). */
   duplicate: [event: { id: string; type: string; group: string }];
+  /** A batch of broker messages was stored (committed); the broker acks follow. */
+  ingested: [info: IngestedInfo];
+  /** A broker setting breaks a guarantee (printed with console.warn when nobody listens). */
+  warning: [warning: SafetyWarning];
 }
 
 /** What a consumer needs from its mailroom. */
@@ -25,6 +33,7 @@ export interface ConsumerDeps {
   driver: Driver;
   queries: ConsumerQueries;
   fanOut: FanOutQueries;
+  ingest: IngestQueries;
   makeWorker(options: WorkerOptions): Worker;
 }
 
@@ -45,6 +54,8 @@ export class Consumer extends EventEmitter<ConsumerEvents> {
   /** The worker that runs the group's handlers. */
   readonly worker: Worker;
   private readonly resolved: ResolvedConsumerOptions;
+  /** Stores what the broker source delivers; null for internal events. */
+  private readonly ingest: SourceIngest | null;
   private pruneTimer: NodeJS.Timeout | undefined;
   private started = false;
 
@@ -74,6 +85,31 @@ export class Consumer extends EventEmitter<ConsumerEvents> {
     });
     for (const name of FORWARDED) this.worker.on(name, (...args: unknown[]) => (this.emit as (e: string, ...a: unknown[]) => boolean)(name, ...args));
     this.worker.on('error', (error) => this.report(error));
+    const source = this.resolved.source;
+    this.ingest =
+      source === null
+        ? null
+        : new SourceIngest(source, {
+            driver: deps.driver,
+            queries: deps.ingest,
+            group: this.group,
+            queue: this.queue,
+            types: new Set(this.resolved.types),
+            maxAttempts: this.resolved.maxAttempts,
+            maxAgeMs: this.resolved.maxAgeMs,
+            maxMessageBytes: this.resolved.maxMessageBytes,
+            handlerTimeoutMs: this.resolved.timeoutMs,
+            storedBy: `${this.worker.id}/ingest`,
+            onIngested: (info) => this.emit('ingested', info),
+            onWarning: (warning) => this.warn(warning),
+            report: (error) => this.report(error),
+          });
+  }
+
+  /** Where the group's events come from: `internal`, or the broker source (e.g. `rabbitmq billing`). */
+  get source(): string {
+    const source = this.resolved.source;
+    return source === null ? 'internal' : `${source.kind} ${source.name}`;
   }
 
   /**
@@ -96,6 +132,15 @@ export class Consumer extends EventEmitter<ConsumerEvents> {
       throw error;
     }
     await this.worker.start();
+    if (this.ingest !== null) {
+      try {
+        await this.ingest.start();
+      } catch (error) {
+        await this.worker.stop();
+        this.started = false;
+        throw error;
+      }
+    }
     if (this.options.maintenance !== false) {
       const every = Math.min(60_000, Math.max(1000, Math.floor(this.resolved.inboxRetentionMs / 10)));
       this.pruneTimer = setInterval(() => void this.prune().catch((error: unknown) => this.report(error)), every);
@@ -105,7 +150,9 @@ export class Consumer extends EventEmitter<ConsumerEvents> {
 
   /**
    * Stops handling (graceful, like `worker.stop`). The subscription stays:
-   * events keep arriving in the group's queue for the next start.
+   * events keep arriving in the group's queue for the next start. A broker
+   * source stops first: messages in hand are stored and acknowledged, or
+   * given back to the broker.
    *
    * @example
    * await billing.stop({ timeout: '10s' });
@@ -113,6 +160,7 @@ export class Consumer extends EventEmitter<ConsumerEvents> {
   async stop(options: { timeout?: Duration } = {}): Promise<void> {
     if (this.pruneTimer) clearInterval(this.pruneTimer);
     this.pruneTimer = undefined;
+    await this.ingest?.stop();
     await this.worker.stop(options);
   }
 
@@ -165,8 +213,9 @@ export class Consumer extends EventEmitter<ConsumerEvents> {
         r.maxAttempts,
         r.maxAgeMs,
         r.inboxRetentionMs,
+        r.source === null ? null : this.source,
       ]);
-      if (registered[0]?.created && r.from === 'earliest') await this.backfill(tx, cursor.cursor_xid, cursor.cursor_position);
+      if (registered[0]?.created && r.from === 'earliest' && r.source === null) await this.backfill(tx, cursor.cursor_xid, cursor.cursor_position);
     });
   }
 
@@ -193,7 +242,8 @@ export class Consumer extends EventEmitter<ConsumerEvents> {
     const group = this.group;
     return async (job: Job, ctx: JobContext) => {
       const event = fromEnvelope(job.data);
-      const seen = await driver.run(queries.inboxSeen, [group, event.id]);
+      const inboxKey = inboxKeyOf(event);
+      const seen = await driver.run(queries.inboxSeen, [group, inboxKey]);
       if (seen.rows.length > 0) {
         await ctx.tx.query(queries.countDuplicate.text, [group]);
         this.emit('duplicate', { id: event.id, type: event.type, group });
@@ -215,12 +265,17 @@ export class Consumer extends EventEmitter<ConsumerEvents> {
       };
       const result = await handler(event, consumerCtx);
       if (isSnooze(result)) return result; // not handled yet: no inbox key
-      const recorded = await ctx.tx.query(queries.inboxRecord.text, [group, event.id]);
+      const recorded = await ctx.tx.query(queries.inboxRecord.text, [group, inboxKey]);
       if (recorded.rows.length === 0) {
         throw new RetryableError(`event ${event.id} (${event.type}) was handled by another delivery meanwhile; this delivery's work is rolled back`, { after: 0 });
       }
       return result;
     };
+  }
+
+  private warn(warning: SafetyWarning): void {
+    if (this.listenerCount('warning') > 0) this.emit('warning', warning);
+    else console.warn(`[mailroom] consumer ${this.group}: ${warning.subject}: ${warning.message} (${warning.code})`);
   }
 
   private report(error: unknown): void {

@@ -3,6 +3,8 @@ import { ValidationError } from '../errors.ts';
 import { assertEventType } from '../events/event-type.ts';
 import { resolveRetryPolicy, type RetryOptions, type RetryPolicy } from '../retry/backoff.ts';
 import { defaultClassifier, type ErrorClassifier } from '../retry/classify.ts';
+import type { ConsumerSource } from '../brokers/source.ts';
+import { DEFAULT_MAX_PAYLOAD_BYTES } from '../payload.ts';
 import type { RateLimit } from '../worker/queue-controls.ts';
 import type { EventHandler } from './handle-event.ts';
 
@@ -13,7 +15,15 @@ export interface ConsumerOptions {
   /** Handlers by event type. The group subscribes to exactly these types. */
   handlers: Record<string, EventHandler>;
   /**
-   * Where a new group starts: `'now'` (default) gets the events committed after
+   * Read the group's events from a broker (`rabbitmqSource`, `natsSource`,
+   * `redisSource` or your own) instead of the internal relay. Each message is
+   * stored as a job of the group before the broker hears `ack`.
+   */
+  source?: ConsumerSource;
+  /** With a `source`: the largest message accepted; a larger one is dead-lettered as `validation`. Default 1 MiB. */
+  maxMessageBytes?: number;
+  /**
+   * Where a new group starts (internal events only; a broker source has its own option): `'now'` (default) gets the events committed after
    * it was first started; `'earliest'` also gets the retained events the relay
    * already delivered. Only the group's first start decides.
    */
@@ -54,6 +64,8 @@ export interface ResolvedConsumerOptions {
   timeoutMs: number | null;
   classify: ErrorClassifier;
   inboxRetentionMs: number;
+  source: ConsumerSource | null;
+  maxMessageBytes: number;
 }
 
 const GROUP = /^[a-z0-9][a-z0-9_-]{0,63}$/;
@@ -81,6 +93,15 @@ export function resolveConsumerOptions(options: ConsumerOptions): ResolvedConsum
     assertEventType(type);
     if (typeof options.handlers[type] !== 'function') throw invalid(`handlers.${type}`, `consumer ${group}: the handler of ${type} is not a function`);
   }
+  const source = options.source ?? null;
+  if (source !== null) {
+    if (typeof source !== 'object' || typeof source.start !== 'function' || typeof source.stop !== 'function' || typeof source.kind !== 'string') {
+      throw invalid('source', `consumer ${group}: source must be a broker source such as rabbitmqSource({ url, queue }) (an object with kind, name, start and stop)`);
+    }
+    if (options.from !== undefined) throw invalid('from', `consumer ${group}: from applies to internal events; with a source, set where to start in the source's options`);
+  }
+  const maxMessageBytes = options.maxMessageBytes ?? DEFAULT_MAX_PAYLOAD_BYTES;
+  if (!Number.isInteger(maxMessageBytes) || maxMessageBytes < 1) throw invalid('maxMessageBytes', `consumer ${group}: maxMessageBytes must be a positive integer, got ${String(options.maxMessageBytes)}`);
   const from = options.from ?? 'now';
   if (from !== 'now' && from !== 'earliest') throw invalid('from', `consumer ${group}: from must be 'now' or 'earliest', got ${JSON.stringify(from)}`);
   const retry = resolveRetryPolicy(options.retry, `consumer ${group}`);
@@ -96,5 +117,7 @@ export function resolveConsumerOptions(options: ConsumerOptions): ResolvedConsum
     timeoutMs: options.timeout === undefined ? null : toMilliseconds(options.timeout, `consumer ${group}: timeout`),
     classify: options.classify ?? defaultClassifier,
     inboxRetentionMs: toMilliseconds(options.inboxRetention ?? '7d', `consumer ${group}: inboxRetention`),
+    source,
+    maxMessageBytes,
   };
 }

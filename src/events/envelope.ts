@@ -5,12 +5,11 @@
  */
 import { hostname } from 'node:os';
 import { ValidationError } from '../errors.ts';
-import { isUuid } from '../ids.ts';
 
 /** A CloudEvents 1.0 event in structured JSON mode, as mailroom writes it. */
 export interface CloudEventEnvelope<TData = unknown> {
   specversion: '1.0';
-  /** The event id: a UUIDv7, time-ordered. With `source`, unique per event; the broker message id. */
+  /** The event id: a UUIDv7, time-ordered, from mailroom (other producers' ids are any string). With `source`, unique per event; the broker message id. */
   id: string;
   source: string;
   type: string;
@@ -123,12 +122,12 @@ export function toEnvelope(row: OutboxRow): CloudEventEnvelope {
 export interface ConsumedEvent<TData = unknown> {
   readonly id: string;
   readonly type: string;
-  /** Schema version of `data` (from `dataschema`). */
+  /** Schema version of `data` (from mailroom's `dataschema`; 1 for other producers). */
   readonly version: number;
   readonly source: string;
-  /** When it happened. */
-  readonly time: Date;
-  /** The event's key (CloudEvents `subject`), or null. */
+  /** When it happened; null for an event from another producer that left `time` out. */
+  readonly time: Date | null;
+  /** The event's key (CloudEvents `subject`, else `partitionkey`), or null. */
   readonly key: string | null;
   readonly data: TData;
   readonly correlationId: string | null;
@@ -150,9 +149,22 @@ const optionalText = (value: unknown, name: string): string | null => {
   return value;
 };
 
+/** The longest event id, source or type accepted from a broker. */
+const MAX_ATTRIBUTE_LENGTH = 1024;
+
+const requiredText = (value: unknown, name: string): string => {
+  if (typeof value !== 'string' || value.length === 0) throw invalidEnvelope(`${name} is missing or not a string`);
+  if (value.length > MAX_ATTRIBUTE_LENGTH) throw invalidEnvelope(`${name} is longer than ${MAX_ATTRIBUTE_LENGTH} characters`);
+  return value;
+};
+
 /**
- * Reads an envelope back into the event a handler gets. A payload that is not
- * such an envelope is a ValidationError (the job is dead-lettered as `validation`).
+ * Reads an envelope back into the event a handler gets. Accepts any
+ * CloudEvents 1.0 structured-mode event, not only mailroom's: `id`, `source`
+ * and `type` are required; `time` may be absent (then `event.time` is null);
+ * a `dataschema` other than mailroom's `urn:mailroom:<type>:v<n>` leaves the
+ * version at 1. A payload that is not such an envelope is a ValidationError
+ * (the job is dead-lettered as `validation`).
  *
  * @example
  * const event = fromEnvelope(job.data); event.key, event.version
@@ -161,23 +173,34 @@ export function fromEnvelope<TData = unknown>(payload: unknown): ConsumedEvent<T
   if (typeof payload !== 'object' || payload === null || Array.isArray(payload)) throw invalidEnvelope('not an object');
   const e = payload as Record<string, unknown>;
   if (e.specversion !== '1.0') throw invalidEnvelope(`specversion is ${JSON.stringify(e.specversion)}, expected "1.0"`);
-  if (!isUuid(e.id)) throw invalidEnvelope('id is not a UUID');
-  if (typeof e.type !== 'string' || typeof e.source !== 'string') throw invalidEnvelope('type or source missing');
-  const time = typeof e.time === 'string' ? new Date(e.time) : new Date(Number.NaN);
-  if (Number.isNaN(time.getTime())) throw invalidEnvelope('time is not a timestamp');
-  const schema = typeof e.dataschema === 'string' ? DATASCHEMA.exec(e.dataschema) : null;
-  if (!schema || schema[1] !== e.type) throw invalidEnvelope(`dataschema ${JSON.stringify(e.dataschema)} is not urn:mailroom:${e.type}:v<version>`);
+  const id = requiredText(e.id, 'id');
+  const type = requiredText(e.type, 'type');
+  const source = requiredText(e.source, 'source');
+  let time: Date | null = null;
+  if (e.time !== undefined) {
+    time = typeof e.time === 'string' ? new Date(e.time) : new Date(Number.NaN);
+    if (Number.isNaN(time.getTime())) throw invalidEnvelope('time is not a timestamp');
+  }
+  let version = 1;
+  if (typeof e.dataschema === 'string' && e.dataschema.startsWith('urn:mailroom:')) {
+    const schema = DATASCHEMA.exec(e.dataschema);
+    if (!schema || schema[1] !== type) throw invalidEnvelope(`dataschema ${JSON.stringify(e.dataschema)} is not urn:mailroom:${type}:v<version>`);
+    version = Number(schema[2]);
+  } else if (e.dataschema !== undefined && typeof e.dataschema !== 'string') {
+    throw invalidEnvelope('dataschema is not a string');
+  }
   const headers: Record<string, string> = {};
   for (const [name, value] of Object.entries(e)) {
     if (!RESERVED_ATTRIBUTES.has(name) && typeof value === 'string') headers[name] = value;
   }
+  const subject = optionalText(e.subject, 'subject');
   return Object.freeze({
-    id: e.id,
-    type: e.type,
-    version: Number(schema[2]),
-    source: e.source,
+    id,
+    type,
+    version,
+    source,
     time,
-    key: optionalText(e.subject, 'subject'),
+    key: subject ?? optionalText(e.partitionkey, 'partitionkey'),
     data: e.data as TData,
     correlationId: optionalText(e.correlationid, 'correlationid'),
     causationId: optionalText(e.causationid, 'causationid'),

@@ -18,9 +18,11 @@ export interface RelayTargetStats {
 
 /** Health numbers of one consumer group. */
 export interface ConsumerGroupStats {
+  /** Where its events come from: null for internal events, else the broker source (e.g. `rabbitmq billing`). */
+  source: string | null;
   /** Events not yet handled: `unrelayed` + `unfinished`. */
   lag: number;
-  /** Events of its types the fan-out has not reached yet. */
+  /** Events of its types the fan-out has not reached yet (0 for a group reading from a broker: what waits there is the broker's to report). */
   unrelayed: number;
   /** Its jobs waiting, retrying or running. */
   unfinished: number;
@@ -43,7 +45,7 @@ export async function readEventStats(driver: Driver, relay: RelayQueries, consum
       relay.cursorStats,
       [],
     ),
-    driver.run<{ name: string; duplicates_rejected: number; unfinished: number; dead: number; unrelayed: number }>(consumers.groupStats, [INTERNAL_TARGET]),
+    driver.run<{ name: string; source: string | null; duplicates_rejected: number; unfinished: number; dead: number; unrelayed: number }>(consumers.groupStats, [INTERNAL_TARGET]),
   ]);
   const result: EventStats = { relay: {}, consumers: {} };
   for (const t of targets.rows) {
@@ -56,7 +58,7 @@ export async function readEventStats(driver: Driver, relay: RelayQueries, consum
     };
   }
   for (const g of groups.rows) {
-    result.consumers[g.name] = { lag: g.unrelayed + g.unfinished, unrelayed: g.unrelayed, unfinished: g.unfinished, dead: g.dead, duplicatesRejected: g.duplicates_rejected };
+    result.consumers[g.name] = { source: g.source, lag: g.unrelayed + g.unfinished, unrelayed: g.unrelayed, unfinished: g.unfinished, dead: g.dead, duplicatesRejected: g.duplicates_rejected };
   }
   return result;
 }

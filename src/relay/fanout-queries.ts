@@ -23,7 +23,7 @@ export function fanOutQueries(quotedSchema: string): FanOutQueries {
   return {
     // $1 event ids, $2 types, $3 xids, $4 keys, $5 correlation ids, $6 envelopes (json text),
     // $7 only this group (null: every group). One job per (event, group whose types include it and
-    // whose start snapshot did not already see the event), in event order, so that the ordering
+    // whose start snapshot did not already see the event; not a group reading from a broker), in event order, so that the ordering
     // trigger queues jobs of one key in event order. The key is the job's ordering key.
     fanOut: q(
       'fanout',
@@ -34,6 +34,7 @@ export function fanOutQueries(quotedSchema: string): FanOutQueries {
               WITH ORDINALITY AS e(id, type, xid, subject, correlation_id, envelope, ord)
          JOIN ${s}.consumer_groups AS g
            ON e.type = ANY(g.types)
+          AND g.source IS NULL
           AND ($7::text IS NULL OR g.name = $7::text)
           AND (g.start_snapshot IS NULL OR NOT pg_visible_in_snapshot(e.xid::xid8, g.start_snapshot))
         ORDER BY e.ord, g.name

@@ -1,4 +1,5 @@
 import { EventEmitter } from 'node:events';
+import type { SafetyWarning } from '../brokers/safety.ts';
 import { MailroomError } from '../errors.ts';
 import { toEnvelope, type OutboxRow } from '../events/envelope.ts';
 import type { OutboxQueries } from '../events/outbox-queries.ts';
@@ -20,6 +21,8 @@ export interface RelayEvents {
   /** Another relay took the target over (this one had stopped renewing in time). */
   'lease-lost': [info: { target: string }];
   pruned: [info: { events: number }];
+  /** A target's broker setting breaks a guarantee (found at start; printed with console.warn when nobody listens). */
+  warning: [warning: SafetyWarning];
   /** Infrastructure trouble (database unreachable, a target failing). The relay keeps going. */
   error: [error: unknown];
 }
@@ -114,6 +117,31 @@ export class Relay extends EventEmitter<RelayEvents> {
     prune.unref();
     this.timers = [renew, prune];
     this.loops = this.states.map((s) => this.loop(s));
+    void this.check().then(
+      (warnings) => {
+        for (const w of warnings) {
+          if (this.listenerCount('warning') > 0) this.emit('warning', w);
+          else console.warn(`[mailroom] relay ${this.id}: ${w.subject}: ${w.message} (${w.code})`);
+        }
+      },
+      (error: unknown) => this.report(error),
+    );
+  }
+
+  /**
+   * Asks each broker target about settings that break a guarantee (a
+   * duplicate window shorter than a republish can come, a broker that keeps
+   * nothing on disk, …). `start()` runs it and reports what it finds.
+   *
+   * @example
+   * for (const w of await relay.check()) console.warn(w.code, w.message);
+   */
+  async check(): Promise<SafetyWarning[]> {
+    // After a crash between the broker's confirm and the cursor's commit, another relay republishes
+    // the batch once the lease ran out; a failing publish is retried within the error backoff.
+    const republishHorizonMs = this.options.leaseMs + MAX_ERROR_BACKOFF_MS;
+    const found = await Promise.all(this.states.map((s) => s.target.check?.({ republishHorizonMs }) ?? Promise.resolve([])));
+    return found.flat();
   }
 
   /**
@@ -138,6 +166,7 @@ export class Relay extends EventEmitter<RelayEvents> {
       await this.driver.run(this.queries.release, [s.target.name, this.id, s.token]).catch((e: unknown) => this.report(e));
       s.token = null;
     }
+    for (const s of this.states) await s.target.close?.().catch((e: unknown) => this.report(e));
     if (wasRunning) await this.unlisten?.().catch(() => {});
     this.state = 'stopped';
   }

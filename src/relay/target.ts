@@ -1,4 +1,5 @@
 import type { CloudEventEnvelope } from '../events/envelope.ts';
+import type { SafetyWarning, TargetCheckContext } from '../brokers/safety.ts';
 import type { Queryable } from '../storage/driver.ts';
 
 /** One event as the relay hands it to a target. */
@@ -35,4 +36,8 @@ export interface RelayTarget {
   /** Names the target's cursor: 1-128 letters, digits, `_ . : -`. `internal` is the fan-out's. */
   readonly name: string;
   publish(events: readonly RelayedEvent[], context: RelayContext): Promise<void>;
+  /** Broker settings that break a guarantee; the relay logs them at start (`warning` event), `mailroom doctor` prints them. */
+  check?(context: TargetCheckContext): Promise<SafetyWarning[]>;
+  /** Closes the target's connections; the relay calls it when it stops. */
+  close?(): Promise<void>;
 }

@@ -1,0 +1,46 @@
+import type { NamedQuery } from '../storage/driver.ts';
+import { namedQueries } from '../storage/named.ts';
+
+/** Statements that store broker messages for a consumer group, for one quoted schema. Every value is a bind parameter. */
+export interface IngestQueries {
+  storeEvents: NamedQuery;
+  storeDeadLetters: NamedQuery;
+}
+
+/** Builds the ingest statements for a quoted schema name. */
+export function ingestQueries(quotedSchema: string): IngestQueries {
+  const s = quotedSchema;
+  const q = namedQueries(quotedSchema);
+  return {
+    // $1 job ids, $2 types, $3 keys, $4 correlation ids, $5 envelopes (json text), $6 queue,
+    // $7 max attempts, $8 max age ms (null: none). In delivery order, so the ordering trigger queues
+    // a key's events in the order the broker delivered them. A redelivery conflicts on the id.
+    storeEvents: q(
+      'ingest_events',
+      `INSERT INTO ${s}.jobs (id, queue, type, state, max_attempts, correlation_id, expires_at, payload, ordering_key)
+       SELECT e.id, $6::text, e.type, 'available', $7::int, e.correlation_id,
+              now() + $8::bigint * interval '1 millisecond', e.envelope::jsonb, e.key
+         FROM unnest($1::uuid[], $2::text[], $3::text[], $4::text[], $5::text[])
+              WITH ORDINALITY AS e(id, type, key, correlation_id, envelope, ord)
+        ORDER BY e.ord
+       ON CONFLICT (id) DO NOTHING
+       RETURNING id`,
+    ),
+    // $1 job ids, $2 types, $3 categories, $4 messages, $5 payloads (json text), $6 correlation ids,
+    // $7 queue, $8 who stored them. Dead at once, with the reason in the job's error history.
+    storeDeadLetters: q(
+      'ingest_dead_letters',
+      `WITH dead AS (
+         INSERT INTO ${s}.jobs (id, queue, type, state, attempt, max_attempts, correlation_id, finished_at, dead_reason, last_error, payload)
+         SELECT d.id, $7::text, d.type, 'dead', 0, 1, d.correlation_id, now(), d.category,
+                jsonb_build_object('category', d.category, 'message', d.message), d.payload::jsonb
+           FROM unnest($1::uuid[], $2::text[], $3::text[], $4::text[], $5::text[], $6::text[])
+                AS d(id, type, category, message, payload, correlation_id)
+         ON CONFLICT (id) DO NOTHING
+         RETURNING id, dead_reason, last_error
+       )
+       INSERT INTO ${s}.job_errors (job_id, claim, attempt, worker, category, message)
+       SELECT id, 0, 0, $8::text, dead_reason, last_error->>'message' FROM dead`,
+    ),
+  };
+}

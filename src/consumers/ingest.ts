@@ -1,0 +1,242 @@
+/**
+ * Stores what a broker source delivers, then acknowledges it: each message
+ * becomes a job of the consumer group (deduplicated on the event's identity)
+ * or a dead letter, in one transaction per batch, and the broker hears `ack`
+ * only after that transaction committed. A crash between the commit and the
+ * ack makes the broker redeliver; the redelivery conflicts on the job id and
+ * is acknowledged without a second job (and the inbox catches a job that was
+ * already pruned). While one batch is being stored the next one gathers, so
+ * batches grow with the arrival rate up to the source's prefetch.
+ */
+import type { ConsumerSource, SourceMessage } from '../brokers/source.ts';
+import type { SafetyWarning } from '../brokers/safety.ts';
+import type { Driver } from '../storage/driver.ts';
+import { Waker } from '../worker/waker.ts';
+import { decodeMessage, type DecodedDeadLetter, type DecodedEvent, type DecodedMessage, INVALID_MESSAGE_TYPE } from './decode-message.ts';
+import type { IngestQueries } from './ingest-queries.ts';
+
+/** What one stored batch did. */
+export interface IngestedInfo {
+  group: string;
+  /** Messages in the batch. */
+  messages: number;
+  /** New jobs of the group. */
+  stored: number;
+  /** Redeliveries of events already stored (no new job). */
+  duplicates: number;
+  /** Messages dead-lettered as `validation` or `unknown-type`. */
+  deadLettered: number;
+}
+
+/** What an ingest needs from its consumer. */
+export interface IngestDeps {
+  driver: Driver;
+  queries: IngestQueries;
+  group: string;
+  queue: string;
+  types: ReadonlySet<string>;
+  maxAttempts: number;
+  maxAgeMs: number | null;
+  maxMessageBytes: number;
+  handlerTimeoutMs: number | null;
+  /** Who stores (recorded with dead letters). */
+  storedBy: string;
+  /** After the commit, before the acks. */
+  onIngested(info: IngestedInfo): void;
+  onWarning(warning: SafetyWarning): void;
+  report(error: unknown): void;
+}
+
+const MAX_BATCH = 1000;
+const MAX_RETRY_DELAY_MS = 5000;
+
+/** Feeds a consumer group from a broker source. */
+export class SourceIngest {
+  private state: 'idle' | 'running' | 'stopping' | 'stopped' = 'idle';
+  private readonly buffer: SourceMessage[] = [];
+  private draining: Promise<void> | null = null;
+  private readonly retryWaker = new Waker();
+
+  constructor(
+    readonly source: ConsumerSource,
+    private readonly deps: IngestDeps,
+  ) {}
+
+  /** Starts the source; its safety warnings are reported as they are found. */
+  async start(): Promise<void> {
+    this.state = 'running';
+    const { deps } = this;
+    try {
+      await this.source.start((message) => this.accept(message), {
+        group: deps.group,
+        handlerTimeoutMs: deps.handlerTimeoutMs,
+        report: (error) => deps.report(error),
+        warn: (warning) => deps.onWarning(warning),
+      });
+    } catch (error) {
+      this.state = 'stopped';
+      throw error;
+    }
+    if (this.source.check) {
+      void this.source.check().then(
+        (warnings) => warnings.forEach((w) => deps.onWarning(w)),
+        (error: unknown) => deps.report(error),
+      );
+    }
+  }
+
+  /** Stores and acknowledges what is in hand, gives back what could not be stored, and stops the source. */
+  async stop(): Promise<void> {
+    if (this.state === 'stopped' || this.state === 'idle') {
+      this.state = 'stopped';
+      return;
+    }
+    if (this.state === 'running') this.state = 'stopping';
+    this.retryWaker.poke();
+    await this.draining;
+    for (const message of this.buffer.splice(0)) await settle(message.nack.bind(message), this.deps.report);
+    await this.source.stop();
+    this.state = 'stopped';
+  }
+
+  private accept(message: SourceMessage): void {
+    if (this.state !== 'running') {
+      void settle(message.nack.bind(message), this.deps.report);
+      return;
+    }
+    this.buffer.push(message);
+    this.kick();
+  }
+
+  private kick(): void {
+    if (this.draining !== null) return;
+    this.draining = this.drain().finally(() => {
+      this.draining = null;
+      if (this.buffer.length > 0 && this.state === 'running') this.kick();
+    });
+  }
+
+  private async drain(): Promise<void> {
+    while (this.buffer.length > 0 && this.state === 'running') {
+      const batch = this.buffer.splice(0, MAX_BATCH);
+      const decoded = batch.map((m) => decodeMessage(m, this.deps.group, this.deps.types, this.deps.maxMessageBytes));
+      const info = await this.storeUntilDone(batch, decoded);
+      if (info === null) {
+        this.buffer.unshift(...batch); // stopping: nacked by stop()
+        return;
+      }
+      try {
+        this.deps.onIngested(info);
+      } catch (error) {
+        this.deps.report(error);
+      }
+      await Promise.all(batch.map((message) => settle(message.ack.bind(message), this.deps.report)));
+    }
+  }
+
+  /** Stores a batch, retrying with backoff while the database is unreachable; null when stopped first. */
+  private async storeUntilDone(batch: readonly SourceMessage[], decoded: DecodedMessage[]): Promise<IngestedInfo | null> {
+    let delay = 0;
+    for (;;) {
+      try {
+        return await this.storeSplittingBadRows(batch, decoded);
+      } catch (error) {
+        this.deps.report(error);
+        if (this.state !== 'running') return null;
+        delay = Math.min(MAX_RETRY_DELAY_MS, Math.max(100, delay * 2));
+        await this.retryWaker.sleep(delay);
+        if (this.state !== 'running') return null;
+      }
+    }
+  }
+
+  /**
+   * Stores the batch in one transaction. When PostgreSQL refuses a value
+   * (a data error, SQLSTATE class 22), stores the messages one by one and
+   * dead-letters the one it refuses, so one bad message never blocks the rest.
+   */
+  private async storeSplittingBadRows(batch: readonly SourceMessage[], decoded: DecodedMessage[]): Promise<IngestedInfo> {
+    try {
+      return await this.store(decoded);
+    } catch (error) {
+      if (!isDataError(error)) throw error;
+      if (decoded.length === 1) {
+        const refused = refusedByDatabase(batch[0]!, decoded[0]!, error);
+        return await this.store([refused]);
+      }
+      const total: IngestedInfo = { group: this.deps.group, messages: 0, stored: 0, duplicates: 0, deadLettered: 0 };
+      for (let i = 0; i < decoded.length; i++) {
+        const one = await this.storeSplittingBadRows([batch[i]!], [decoded[i]!]);
+        total.messages += one.messages;
+        total.stored += one.stored;
+        total.duplicates += one.duplicates;
+        total.deadLettered += one.deadLettered;
+      }
+      return total;
+    }
+  }
+
+  private async store(decoded: readonly DecodedMessage[]): Promise<IngestedInfo> {
+    const events = decoded.filter((d): d is DecodedEvent => d.kind === 'event');
+    const dead = decoded.filter((d): d is DecodedDeadLetter => d.kind === 'dead');
+    const { deps } = this;
+    const stored = await deps.driver.transaction(async (tx) => {
+      let inserted = 0;
+      if (events.length > 0) {
+        const { rowCount } = await tx.query(deps.queries.storeEvents.text, [
+          events.map((e) => e.jobId),
+          events.map((e) => e.type),
+          events.map((e) => e.key),
+          events.map((e) => e.correlationId),
+          events.map((e) => e.json),
+          deps.queue,
+          deps.maxAttempts,
+          deps.maxAgeMs,
+        ]);
+        inserted = rowCount;
+      }
+      if (dead.length > 0) {
+        await tx.query(deps.queries.storeDeadLetters.text, [
+          dead.map((d) => d.jobId),
+          dead.map((d) => d.type),
+          dead.map((d) => d.category),
+          dead.map((d) => d.message),
+          dead.map((d) => d.json),
+          dead.map((d) => d.correlationId),
+          deps.queue,
+          deps.storedBy,
+        ]);
+      }
+      return inserted;
+    });
+    return { group: deps.group, messages: decoded.length, stored, duplicates: events.length - stored, deadLettered: dead.length };
+  }
+}
+
+/** PostgreSQL refused a value (SQLSTATE class 22: bad encoding, a number out of range, …). */
+function isDataError(error: unknown): boolean {
+  const code = (error as { code?: unknown } | null)?.code;
+  return typeof code === 'string' && code.startsWith('22');
+}
+
+function refusedByDatabase(message: SourceMessage, decoded: DecodedMessage, error: unknown): DecodedDeadLetter {
+  const reason = error instanceof Error ? error.message : String(error);
+  const body = typeof message.body === 'string' ? Buffer.from(message.body) : Buffer.from(message.body);
+  return {
+    kind: 'dead',
+    jobId: decoded.jobId,
+    type: decoded.kind === 'event' ? decoded.type : INVALID_MESSAGE_TYPE,
+    category: 'validation',
+    message: `PostgreSQL refused to store the message (${reason}); from ${message.origin}`,
+    correlationId: null,
+    json: JSON.stringify({ origin: message.origin, messageId: message.messageId ?? null, bytes: body.byteLength, body: body.subarray(0, 48 * 1024).toString('base64'), encoding: 'base64' }),
+  };
+}
+
+async function settle(fn: () => void | Promise<void>, report: (error: unknown) => void): Promise<void> {
+  try {
+    await fn();
+  } catch (error) {
+    report(error);
+  }
+}

@@ -1,0 +1,212 @@
+/**
+ * A consumer group fed by a broker source, mailroom's side: each message is
+ * stored (a job of the group, or a dead letter) before the source hears ack;
+ * a redelivery stores nothing new and takes effect once; what the database
+ * refuses is retried and not acked; one bad message never blocks the rest.
+ * The source here is driven by the test; the adapters run the shared suite
+ * against the real brokers in test/brokers.test.ts.
+ */
+import { describe, it } from 'node:test';
+import assert from 'node:assert/strict';
+import { defineEvent, handleEvent, INVALID_MESSAGE_TYPE, toEnvelope, ValidationError, type ConsumerContext, type IngestedInfo } from '../src/index.ts';
+import { testDatabases, type TestMailroom } from './helpers/databases.ts';
+import { waitForEvents } from './helpers/events.ts';
+import { flushUntil } from './helpers/relay.ts';
+import { scriptedSource } from './helpers/scripted-source.ts';
+
+const shipped = defineEvent<{ order: string }>('ingest.order-shipped', { version: 1 });
+
+function foreignEvent(id: string, data: unknown, extra: Record<string, unknown> = {}): string {
+  return JSON.stringify({ specversion: '1.0', id, source: 'https://warehouse.example/shipping', type: shipped.type, data, ...extra });
+}
+
+async function effects(t: TestMailroom): Promise<string[]> {
+  const rows = await t.sql<{ order_id: string }>(`SELECT order_id FROM "${t.schema}".shipments ORDER BY seq`);
+  return rows.map((r) => r.order_id);
+}
+
+async function shippingGroup(t: TestMailroom, options: { maxMessageBytes?: number } = {}) {
+  await t.sql(`CREATE TABLE "${t.schema}".shipments (seq serial PRIMARY KEY, order_id text NOT NULL)`);
+  const source = scriptedSource('warehouse');
+  const consumer = t.mailroom.consumer({
+    group: 'shipping',
+    source,
+    pollInterval: 20,
+    ...options,
+    handlers: {
+      [shipped.type]: handleEvent(shipped, async (event, ctx: ConsumerContext) => {
+        await ctx.tx.query(`INSERT INTO "${t.schema}".shipments (order_id) VALUES ($1)`, [event.data.order]);
+      }),
+    },
+  });
+  const ingested: IngestedInfo[] = [];
+  consumer.on('ingested', (info) => ingested.push(info));
+  await consumer.start();
+  return { source, consumer, ingested };
+}
+
+async function jobsOf(t: TestMailroom) {
+  return t.sql<{ id: string; type: string; state: string; dead_reason: string | null; last_error: { category: string; message: string } | null; payload: Record<string, unknown> }>(
+    `SELECT id, type, state, dead_reason, last_error, payload FROM "${t.schema}".jobs WHERE queue = 'consumer.shipping' ORDER BY created_at, id`,
+  );
+}
+
+for (const db of testDatabases()) {
+  describe(`a consumer group fed by a source, on ${db.name}`, () => {
+    it('stores a message as a job before acking it; a redelivery is acked with no second job and no second effect', async () => {
+      const t = await db.open();
+      const { source, consumer, ingested } = await shippingGroup(t);
+      const done = waitForEvents(consumer.worker, 'completed', 3);
+      let rowsAtAck = -1;
+      const first = await source.push(foreignEvent('order-17', { order: '17' }), {
+        onAck: async () => {
+          rowsAtAck = (await jobsOf(t)).length;
+        },
+      });
+      assert.equal(first, 'ack');
+      assert.equal(rowsAtAck, 1, 'the job was committed when the ack was sent');
+      // The same event again (a broker redelivery), a binary-mode event, and mailroom's own envelope.
+      assert.equal(await source.push(foreignEvent('order-17', { order: '17' })), 'ack');
+      assert.equal(
+        await source.push(JSON.stringify({ order: '18' }), {
+          headers: { 'ce-specversion': '1.0', 'ce-id': 'order-18', 'ce-source': '/warehouse', 'ce-type': shipped.type, 'content-type': 'application/json' },
+        }),
+        'ack',
+      );
+      const own = toEnvelope({
+        position: '1', xid: '1', id: '01936f8e-1f2a-7000-8000-000000000001', type: shipped.type, version: 1, source: 'mailroom://test', subject: 'order-19',
+        time: new Date(), correlation_id: 'req-19', causation_id: null, traceparent: null, headers: null, data: { order: '19' },
+      });
+      assert.equal(await source.push(JSON.stringify(own)), 'ack');
+      assert.equal(await source.push(JSON.stringify({ ...own, data: { order: 'not again' } })), 'ack', 'same source and id: the same event');
+      await done;
+      assert.deepEqual((await effects(t)).sort(), ['17', '18', '19']);
+      const jobs = await jobsOf(t);
+      assert.equal(jobs.length, 3);
+      assert.ok(jobs.every((j) => j.state === 'completed'));
+      assert.deepEqual(
+        ingested.map((i) => [i.stored, i.duplicates, i.deadLettered]).reduce((a, b) => [a[0]! + b[0]!, a[1]! + b[1]!, a[2]! + b[2]!]),
+        [3, 2, 0],
+      );
+      const withKey = jobs.find((j) => (j.payload as { id?: string }).id === own.id)!;
+      assert.equal((await t.sql<{ ordering_key: string; correlation_id: string }>(`SELECT ordering_key, correlation_id FROM "${t.schema}".jobs WHERE id = $1`, [withKey.id]))[0]?.ordering_key, 'order-19');
+      const stats = (await t.mailroom.stats()).consumers.shipping;
+      assert.equal(stats?.source, 'scripted warehouse');
+      assert.equal(stats?.unfinished, 0);
+    });
+
+    it('a job that was already pruned is caught by the inbox: the redelivery runs no handler and is counted', async () => {
+      const t = await db.open();
+      const { source, consumer } = await shippingGroup(t);
+      const done = waitForEvents(consumer.worker, 'completed', 1);
+      await source.push(foreignEvent('order-30', { order: '30' }));
+      await done;
+      await t.sql(`DELETE FROM "${t.schema}".jobs WHERE queue = 'consumer.shipping'`);
+      const again = waitForEvents(consumer.worker, 'completed', 1);
+      const duplicate = new Promise((resolve) => consumer.once('duplicate', resolve));
+      await source.push(foreignEvent('order-30', { order: '30' }));
+      await again;
+      await duplicate;
+      assert.deepEqual(await effects(t), ['30']);
+      assert.equal((await t.mailroom.stats()).consumers.shipping?.duplicatesRejected, 1);
+    });
+
+    it('dead-letters at once what is not a CloudEvent (validation) and events no handler knows (unknown-type), keeps the raw message, and acks', async () => {
+      const t = await db.open();
+      const { source, ingested } = await shippingGroup(t, { maxMessageBytes: 400 });
+      const bad: [string, string | Uint8Array, Record<string, string>?][] = [
+        ['not json', '{"specversion": "1.0", '],
+        ['no id', JSON.stringify({ specversion: '1.0', source: '/x', type: shipped.type, data: {} })],
+        ['wrong specversion', JSON.stringify({ specversion: '0.3', id: 'a', source: '/x', type: shipped.type })],
+        ['bad time', foreignEvent('t-1', {}, { time: 'yesterday' })],
+        ['NUL', foreignEvent('nul-1', { order: 'a\u0000b' })],
+        ['too big', foreignEvent('big-1', { order: 'x'.repeat(500) })],
+        ['not utf-8', new Uint8Array([0xff, 0xfe, 0x00, 0x41])],
+        ['json array', '[1, 2]'],
+      ];
+      for (const [name, body, headers] of bad) assert.equal(await source.push(body, { messageId: `m-${name}`, headers }), 'ack', name);
+      assert.equal(await source.push(foreignEvent('evt-9', { n: 1 }, { type: 'ingest.something-else' })), 'ack');
+      // A redelivery of a bad message is not a second dead letter.
+      assert.equal(await source.push('{"specversion": "1.0", ', { messageId: 'm-not json' }), 'ack');
+      const jobs = await jobsOf(t);
+      assert.equal(jobs.length, bad.length + 1);
+      assert.ok(jobs.every((j) => j.state === 'dead'), 'all dead at once, none waiting to be retried');
+      const invalid = jobs.filter((j) => j.type === INVALID_MESSAGE_TYPE);
+      assert.equal(invalid.length, bad.length);
+      assert.ok(invalid.every((j) => j.dead_reason === 'validation' && j.last_error?.category === 'validation'));
+      const messages = invalid.map((j) => j.last_error!.message).join('\n');
+      for (const fragment of ['not JSON', 'id is missing', 'specversion', 'time is not a timestamp', 'NUL', 'maxMessageBytes (400)', 'not valid UTF-8', 'not an object']) {
+        assert.ok(messages.includes(fragment), `a dead letter says ${fragment}: ${messages}`);
+      }
+      assert.ok(invalid.every((j) => j.last_error!.message.includes('from warehouse message')), 'each names where it came from');
+      const notJson = invalid.find((j) => j.payload.messageId === 'm-not json')!;
+      assert.equal(notJson.payload.body, '{"specversion": "1.0", ');
+      const binary = invalid.find((j) => j.payload.messageId === 'm-not utf-8')!;
+      assert.equal(binary.payload.encoding, 'base64');
+      assert.deepEqual([...Buffer.from(binary.payload.body as string, 'base64')], [0xff, 0xfe, 0x00, 0x41]);
+      const unknown = jobs.find((j) => j.type === 'ingest.something-else')!;
+      assert.equal(unknown.dead_reason, 'unknown-type');
+      assert.match(unknown.last_error!.message, /no handler for event type ingest\.something-else/);
+      assert.equal((unknown.payload as { id: string }).id, 'evt-9', 'the event is kept whole for a replay');
+      const errors = await t.sql<{ n: number }>(`SELECT count(*)::int AS n FROM "${t.schema}".job_errors WHERE category IN ('validation', 'unknown-type')`);
+      assert.equal(errors[0]?.n, bad.length + 1, 'each dead letter has its reason in the job history');
+      assert.equal(ingested.reduce((n, i) => n + i.deadLettered, 0), bad.length + 2);
+      assert.deepEqual(await effects(t), []);
+    });
+
+    it('while the database refuses, nothing is acked; when it accepts again everything is stored and acked; stop gives back what was not stored', async () => {
+      const t = await db.open();
+      const { source, consumer } = await shippingGroup(t);
+      await t.sql(`CREATE TABLE "${t.schema}".outage (on_ boolean NOT NULL)`);
+      await t.sql(`INSERT INTO "${t.schema}".outage VALUES (true)`);
+      await t.sql(`CREATE FUNCTION "${t.schema}".refuse() RETURNS trigger LANGUAGE plpgsql AS $$
+        BEGIN
+          IF (SELECT on_ FROM "${t.schema}".outage) THEN RAISE EXCEPTION 'simulated outage'; END IF;
+          IF NEW.payload->>'id' = 'poison' THEN RAISE EXCEPTION 'value refused' USING ERRCODE = '22023'; END IF;
+          RETURN NEW;
+        END $$`);
+      await t.sql(`CREATE TRIGGER refuse BEFORE INSERT ON "${t.schema}".jobs FOR EACH ROW EXECUTE FUNCTION "${t.schema}".refuse()`);
+      const errors: unknown[] = [];
+      consumer.on('error', (e) => errors.push(e));
+      const settled: string[] = [];
+      const pushes = ['order-1', 'poison', 'order-2'].map((id) => source.push(foreignEvent(id, { order: id })).then((r) => settled.push(`${id}:${r}`)));
+      while (errors.length < 2) await new Promise((r) => setTimeout(r, 20));
+      assert.deepEqual(settled, [], 'nothing acked while the database refuses');
+      assert.match(String(errors[0]), /simulated outage/);
+      const done = waitForEvents(consumer.worker, 'completed', 2);
+      await t.sql(`UPDATE "${t.schema}".outage SET on_ = false`);
+      await Promise.all(pushes);
+      await done;
+      assert.deepEqual(settled.sort(), ['order-1:ack', 'order-2:ack', 'poison:ack']);
+      assert.deepEqual((await effects(t)).sort(), ['order-1', 'order-2'], 'the batch around the refused message was stored');
+      const poison = (await jobsOf(t)).find((j) => j.state === 'dead')!;
+      assert.equal(poison.dead_reason, 'validation');
+      assert.match(poison.last_error!.message, /PostgreSQL refused to store the message \(value refused\)/);
+      // Refusing again: a message in hand at stop goes back to the source.
+      await t.sql(`UPDATE "${t.schema}".outage SET on_ = true`);
+      const inHand = source.push(foreignEvent('order-3', { order: '3' }));
+      while (errors.length < 3) await new Promise((r) => setTimeout(r, 20));
+      await consumer.stop();
+      assert.equal(await inHand, 'nack');
+      assert.equal(source.stopped, true);
+    });
+
+    it('a group with a source is left alone by the internal fan-out, so an event is not delivered to it twice', async () => {
+      const t = await db.open();
+      const { consumer } = await shippingGroup(t);
+      await t.mailroom.publish(shipped, { order: 'internal' });
+      const relay = t.mailroom.relay();
+      await flushUntil(relay, 1);
+      assert.equal((await jobsOf(t)).length, 0);
+      await consumer.stop();
+    });
+
+    it('refuses bad source options with an error naming the option', async () => {
+      const t = await db.open();
+      const handlers = { [shipped.type]: async () => {} };
+      assert.throws(() => t.mailroom.consumer({ group: 'g', source: scriptedSource(), from: 'earliest', handlers }), (e: unknown) => e instanceof ValidationError && /from applies to internal events/.test(e.message));
+      assert.throws(() => t.mailroom.consumer({ group: 'g', source: { kind: 'x' } as never, handlers }), (e: unknown) => e instanceof ValidationError && e.issues[0]?.path === 'source');
+      assert.throws(() => t.mailroom.consumer({ group: 'g', source: scriptedSource(), maxMessageBytes: 0, handlers }), (e: unknown) => e instanceof ValidationError && /maxMessageBytes/.test(e.message));
+    });
+  });
+}
