@@ -1,0 +1,288 @@
+/**
+ * `npm run bench:brokers`: the relay from the outbox to each broker, beside
+ * the broker's own ceiling measured in the same run.
+ *
+ * Per broker, in this order:
+ * 1. ceiling: a bare client publishing N messages with confirms, batches of 100, no database;
+ * 2. relay: N events already in the outbox (one fresh database), one relay with only that
+ *    broker's target (batchSize 1000): events/s from start to the last confirmed batch;
+ * 3. lag: events published one per transaction at half the ceiling's rate for a few seconds,
+ *    relayed (default batch size) and consumed from the broker by a consumer group; the time
+ *    from each publish's commit to its handler's start, p50 / p99.
+ *
+ *   npm run bench:brokers -- [--messages 20000] [--lag-seconds 5] [--only rabbitmq,nats,redis] [--json]
+ */
+import { writeFile } from 'node:fs/promises';
+import { connect as amqpConnect } from 'amqplib';
+import { createMailroom, defineEvent, type ConsumerSource, type Mailroom, type RelayTarget } from '../../dist/index.js';
+import { rabbitmq, rabbitmqSource } from '../../dist/brokers/rabbitmq/index.js';
+import { nats, natsSource } from '../../dist/brokers/nats/index.js';
+import { redisSource, redisStreams } from '../../dist/brokers/redis/index.js';
+import { createDatabase, dropDatabase } from '../db.ts';
+import { now, percentile, sleep } from '../stats.ts';
+import { ceiling as rabbitmqCeiling } from './rabbitmq-ceiling.ts';
+import { ceiling as natsCeiling } from './nats-ceiling.ts';
+import { ceiling as redisCeiling } from './redis-ceiling.ts';
+
+type Kind = 'rabbitmq' | 'nats' | 'redis';
+
+interface Config {
+  messages: number;
+  lagSeconds: number;
+  only: Kind[];
+  json: string | null;
+  serverUrl: string;
+  urls: Record<Kind, string>;
+}
+
+interface BrokerResult {
+  kind: Kind;
+  ceilingPerSecond: number;
+  relayPerSecond: number;
+  relayOfCeiling: number;
+  lagRatePerSecond: number;
+  lagEvents: number;
+  lagP50Ms: number;
+  lagP99Ms: number;
+  lagMaxMs: number;
+}
+
+/** What a broker needs for a run: a target, a source for a group, and a destination made ready. */
+interface BrokerSetup {
+  target(name: string): RelayTarget;
+  source(name: string): ConsumerSource;
+  /** Makes the destination keep what is published (RabbitMQ: a queue bound to the exchange). */
+  prepare(name: string): Promise<void>;
+  cleanup(name: string): Promise<void>;
+  ceiling(messages: number): Promise<{ perSecond: number }>;
+}
+
+const noted = defineEvent<{ n: number; pad: string }>('bench.item-noted', { version: 1 });
+const PAD = 'x'.repeat(120); // a body of about 450 bytes, like a small real event
+
+function setups(urls: Record<Kind, string>): Record<Kind, BrokerSetup> {
+  return {
+    rabbitmq: {
+      target: (name) => rabbitmq({ url: urls.rabbitmq, exchange: name }),
+      source: (name) => rabbitmqSource({ url: urls.rabbitmq, queue: name, prefetch: 500, declare: { exchange: name, bindingKeys: ['#'] } }),
+      async prepare(name) {
+        const c = await amqpConnect(urls.rabbitmq);
+        const ch = await c.createChannel();
+        await ch.assertExchange(name, 'topic', { durable: true });
+        await ch.assertQueue(name, { durable: true, arguments: { 'x-queue-type': 'quorum' } });
+        await ch.bindQueue(name, name, '#');
+        await c.close();
+      },
+      async cleanup(name) {
+        const c = await amqpConnect(urls.rabbitmq);
+        const ch = await c.createChannel();
+        await ch.deleteQueue(name);
+        await ch.deleteExchange(name);
+        await c.close();
+      },
+      ceiling: (messages) => rabbitmqCeiling({ url: urls.rabbitmq, messages, bodyBytes: 450 }),
+    },
+    nats: {
+      target: (name) => nats({ url: urls.nats, stream: name }),
+      source: (name) => natsSource({ url: urls.nats, stream: name, prefetch: 500, from: 'earliest' }),
+      async prepare(name) {
+        // The stream as the target declares it, made before a consumer looks for it.
+        const { connect } = await import('@nats-io/transport-node');
+        const { jetstreamManager } = await import('@nats-io/jetstream');
+        const nc = await connect({ servers: urls.nats });
+        await (await jetstreamManager(nc)).streams.add({ name, subjects: [`${name}.>`], duplicate_window: 120_000_000_000 }).catch(() => undefined);
+        await nc.close();
+      },
+      async cleanup(name) {
+        const { connect } = await import('@nats-io/transport-node');
+        const { jetstreamManager } = await import('@nats-io/jetstream');
+        const nc = await connect({ servers: urls.nats });
+        await (await jetstreamManager(nc)).streams.delete(name).catch(() => false);
+        await nc.close();
+      },
+      ceiling: (messages) => natsCeiling({ url: urls.nats, messages, bodyBytes: 450 }),
+    },
+    redis: {
+      target: (name) => redisStreams({ url: urls.redis, stream: name }),
+      source: (name) => redisSource({ url: urls.redis, stream: name, prefetch: 500, from: 'earliest' }),
+      async prepare() {},
+      async cleanup(name) {
+        const { Redis } = await import('ioredis');
+        const r = new Redis(urls.redis);
+        const keys = await r.keys(`*${name}*`);
+        if (keys.length > 0) await r.del(...keys);
+        r.disconnect();
+      },
+      ceiling: (messages) => redisCeiling({ url: urls.redis, messages, bodyBytes: 450 }),
+    },
+  };
+}
+
+function parseArgs(argv: string[]): Config {
+  const c: Config = {
+    messages: 20_000,
+    lagSeconds: 5,
+    only: ['rabbitmq', 'nats', 'redis'],
+    json: null,
+    serverUrl: process.env.BENCH_DATABASE_URL ?? 'postgres://postgres@127.0.0.1:5432/postgres',
+    urls: {
+      rabbitmq: process.env.RABBITMQ_URL ?? 'amqp://guest:guest@127.0.0.1:5672',
+      nats: process.env.NATS_URL ?? 'nats://127.0.0.1:4222',
+      redis: process.env.REDIS_URL ?? 'redis://127.0.0.1:6379',
+    },
+  };
+  for (let i = 0; i < argv.length; i++) {
+    const flag = argv[i]!;
+    const value = () => {
+      const v = argv[++i];
+      if (v === undefined) throw new Error(`${flag} needs a value`);
+      return v;
+    };
+    if (flag === '--messages') c.messages = Number(value());
+    else if (flag === '--lag-seconds') c.lagSeconds = Number(value());
+    else if (flag === '--only') c.only = value().split(',') as Kind[];
+    else if (flag === '--json') c.json = value();
+    else if (flag === '--help') {
+      console.log('npm run bench:brokers -- [--messages N] [--lag-seconds S] [--only rabbitmq,nats,redis] [--json FILE]');
+      process.exit(0);
+    } else throw new Error(`unknown flag ${flag}; see --help`);
+  }
+  if (!Number.isInteger(c.messages) || c.messages < 100) throw new Error('--messages must be an integer of at least 100');
+  if (!(c.lagSeconds > 0)) throw new Error('--lag-seconds must be a positive number');
+  for (const k of c.only) if (!['rabbitmq', 'nats', 'redis'].includes(k)) throw new Error(`--only: unknown broker ${k}`);
+  return c;
+}
+
+async function withMailroom<T>(serverUrl: string, database: string, fn: (m: Mailroom) => Promise<T>): Promise<T> {
+  const url = await createDatabase(serverUrl, database);
+  const mailroom = await createMailroom({ database: url, poolSize: 12 });
+  try {
+    await mailroom.migrate();
+    return await fn(mailroom);
+  } finally {
+    await mailroom.close({ timeout: 2000 }).catch(() => {});
+    await dropDatabase(serverUrl, database);
+  }
+}
+
+/** N events in the outbox, then one relay to the broker: events/s until the last confirmed batch. */
+async function relayThroughput(setup: BrokerSetup, serverUrl: string, name: string, messages: number): Promise<number> {
+  return withMailroom(serverUrl, name, async (mailroom) => {
+    for (let i = 0; i < messages; i += 1000) {
+      const items = Array.from({ length: Math.min(1000, messages - i) }, (_, j) => ({ n: i + j, pad: PAD }));
+      await mailroom.publishMany(noted, items, { key: (item) => `k${item.n % 100}` });
+    }
+    await setup.prepare(name);
+    const target = setup.target(name);
+    const relay = mailroom.relay({ to: [target], internal: false, batchSize: 1000, pollInterval: 50 });
+    let delivered = 0;
+    const done = new Promise<void>((resolve) =>
+      relay.on('delivered', (info) => {
+        delivered += info.count;
+        if (delivered >= messages) resolve();
+      }),
+    );
+    relay.on('warning', () => {});
+    relay.on('error', (e) => process.stderr.write(`  relay error: ${e instanceof Error ? e.message : String(e)}\n`));
+    const started = now();
+    await relay.start();
+    await done;
+    const seconds = (now() - started) / 1000;
+    await relay.stop();
+    return messages / seconds;
+  });
+}
+
+/** Events published one per transaction at `rate`, relayed and consumed from the broker: commit-to-handler lag. */
+async function endToEndLag(setup: BrokerSetup, serverUrl: string, name: string, rate: number, seconds: number): Promise<number[]> {
+  return withMailroom(serverUrl, name, async (mailroom) => {
+    const committedAt = new Map<string, number>();
+    const lags: number[] = [];
+    const total = Math.round(rate * seconds);
+    let handled = 0;
+    let resolveAll: () => void = () => {};
+    const all = new Promise<void>((r) => (resolveAll = r));
+    const consumer = mailroom.consumer({
+      group: 'bench',
+      source: setup.source(name),
+      concurrency: 50,
+      prefetch: 200,
+      pollInterval: 200,
+      handlers: {
+        [noted.type]: async (event) => {
+          const at = now();
+          const committed = committedAt.get(event.id);
+          if (committed !== undefined) lags.push(at - committed);
+          if (++handled >= total) resolveAll();
+        },
+      },
+    });
+    consumer.on('warning', () => {});
+    await setup.prepare(name);
+    consumer.on('error', (e) => process.stderr.write(`  consumer error: ${e instanceof Error ? e.message : String(e)}\n`));
+    await consumer.start();
+    const relay = mailroom.relay({ to: [setup.target(name)], internal: false, pollInterval: 50 });
+    relay.on('warning', () => {});
+    await relay.start();
+    const tickMs = 10;
+    const started = now();
+    const inFlight = new Set<Promise<void>>();
+    for (let sent = 0; sent < total; ) {
+      const due = Math.min(total, Math.floor(((now() - started) / 1000) * rate));
+      for (; sent < due; sent++) {
+        const n = sent;
+        const p = mailroom.publish(noted, { n, pad: PAD }, { key: `k${n % 100}` }).then(({ id }) => {
+          committedAt.set(id, now());
+        });
+        inFlight.add(p);
+        void p.finally(() => inFlight.delete(p));
+      }
+      await sleep(tickMs);
+    }
+    await Promise.all(inFlight);
+    await Promise.race([all, sleep(60_000)]);
+    await consumer.stop();
+    await relay.stop();
+    await setup.cleanup(name).catch(() => {});
+    return lags;
+  });
+}
+
+async function main(): Promise<void> {
+  const config = parseArgs(process.argv.slice(2));
+  const all = setups(config.urls);
+  const results: BrokerResult[] = [];
+  const run = `mrbench_brk_${Date.now().toString(36)}`;
+  for (const kind of config.only) {
+    const setup = all[kind];
+    process.stderr.write(`${kind}:\n`);
+    const c = await setup.ceiling(config.messages);
+    process.stderr.write(`  ceiling ${Math.round(c.perSecond)} msg/s\n`);
+    const relayName = `${run}_${kind}_relay`;
+    const relay = await relayThroughput(setup, config.serverUrl, relayName, config.messages).finally(() => setup.cleanup(relayName).catch(() => {}));
+    process.stderr.write(`  relay   ${Math.round(relay)} events/s (${((relay / c.perSecond) * 100).toFixed(0)} % of the ceiling)\n`);
+    const rate = Math.round(c.perSecond / 2);
+    const lags = await endToEndLag(setup, config.serverUrl, `${run}_${kind}_lag`, rate, config.lagSeconds);
+    const result: BrokerResult = {
+      kind,
+      ceilingPerSecond: Math.round(c.perSecond),
+      relayPerSecond: Math.round(relay),
+      relayOfCeiling: Math.round((relay / c.perSecond) * 1000) / 1000,
+      lagRatePerSecond: rate,
+      lagEvents: lags.length,
+      lagP50Ms: Math.round(percentile(lags, 50) * 10) / 10,
+      lagP99Ms: Math.round(percentile(lags, 99) * 10) / 10,
+      lagMaxMs: Math.round(Math.max(...lags) * 10) / 10,
+    };
+    process.stderr.write(`  lag at ${rate}/s: p50 ${result.lagP50Ms} ms, p99 ${result.lagP99Ms} ms, max ${result.lagMaxMs} ms (${lags.length} events)\n`);
+    results.push(result);
+  }
+  console.log('\n| broker | ceiling (msg/s) | relay (events/s) | relay / ceiling | lag rate (/s) | lag p50 (ms) | lag p99 (ms) |');
+  console.log('|---|---:|---:|---:|---:|---:|---:|');
+  for (const r of results) {
+    console.log(`| ${r.kind} | ${r.ceilingPerSecond} | ${r.relayPerSecond} | ${(r.relayOfCeiling * 100).toFixed(0)} % | ${r.lagRatePerSecond} | ${r.lagP50Ms} | ${r.lagP99Ms} |`);
+  }
+  if (config.json !== null) await writeFile(config.json, `${JSON.stringify({ messages: config.messages, lagSeconds: config.lagSeconds, results }, null, 2)}\n`);
+}
+
+await main();

@@ -1,0 +1,106 @@
+/**
+ * JetStream settings that break one of mailroom's guarantees, as
+ * SafetyWarnings: pure functions of what the server reports.
+ */
+import { millis } from '@nats-io/transport-node';
+import type { ConsumerInfo, StreamInfo } from '@nats-io/jetstream';
+import type { SafetyWarning } from '../safety.ts';
+import { streamAddCommand } from './stream.ts';
+import type { ResolvedNatsTargetOptions } from './options.ts';
+
+function seconds(ms: number): string {
+  return ms % 1000 === 0 ? `${ms / 1000} s` : `${(ms / 1000).toFixed(1)} s`;
+}
+
+/**
+ * The target's warnings for its stream (`info` null: the stream does not exist).
+ *
+ * - `nats-stream-missing`: `declare: false` and no stream: every publish fails.
+ * - `nats-duplicate-window`: the duplicate window is shorter than the relay's
+ *   republish horizon, so a republish after a relay crash is stored twice.
+ * - `nats-memory-storage`: memory storage loses every message on a server restart.
+ *
+ * @example
+ * targetWarnings(await streamInfoOrNull(jsm, 'orders'), options, { republishHorizonMs: 90_000 }, 'nats nats://127.0.0.1:4222 stream orders')
+ */
+export function targetWarnings(
+  info: StreamInfo | null,
+  options: ResolvedNatsTargetOptions,
+  republishHorizonMs: number,
+  subject: string,
+): SafetyWarning[] {
+  const warnings: SafetyWarning[] = [];
+  if (info === null) {
+    if (!options.declare) {
+      warnings.push({
+        subject,
+        code: 'nats-stream-missing',
+        message:
+          `stream ${options.stream} does not exist and the target has declare: false, so every publish fails and the relay stops at the first event. ` +
+          `Create it (${streamAddCommand(options)}), or set declare: true to let the target create it.`,
+      });
+    }
+    return warnings;
+  }
+  const windowMs = millis(info.config.duplicate_window ?? 0);
+  if (windowMs < republishHorizonMs) {
+    warnings.push({
+      subject,
+      code: 'nats-duplicate-window',
+      message:
+        `stream ${options.stream} keeps message ids for ${seconds(windowMs)} (duplicate_window), less than the ${seconds(republishHorizonMs)} after which the relay may publish an event again ` +
+        `(a relay that crashed after the PubAck, before its cursor committed): such a republish is stored as a second message and every consumer group receives it twice ` +
+        `(mailroom consumers deduplicate it; other consumers may not). ` +
+        `Raise the window to at least ${seconds(Math.ceil(republishHorizonMs / 1000) * 1000)}: nats stream edit ${options.stream} --dupe-window ${Math.ceil(republishHorizonMs / 1000)}s.`,
+    });
+  }
+  if (info.config.storage === 'memory') {
+    warnings.push({
+      subject,
+      code: 'nats-memory-storage',
+      message:
+        `stream ${options.stream} uses memory storage: a server restart loses every message in it, including events the relay has already marked as delivered. ` +
+        `Use file storage: recreate the stream with --storage file (the storage type cannot be edited), e.g. ${streamAddCommand(options)}.`,
+    });
+  }
+  return warnings;
+}
+
+/**
+ * The source's warnings for a durable consumer that already exists.
+ *
+ * - `nats-ack-wait`: its AckWait is shorter than the group's handler timeout.
+ * - `nats-max-deliver`: it stops redelivering a message after `max_deliver`
+ *   deliveries, so a message mailroom could not store that often (database
+ *   down) is never delivered again: lost.
+ *
+ * @example
+ * sourceWarnings(await jsm.consumers.info('orders', 'billing'), 30_000, 'nats nats://127.0.0.1:4222 stream orders consumer billing')
+ */
+export function sourceWarnings(info: ConsumerInfo, handlerTimeoutMs: number | null, subject: string): SafetyWarning[] {
+  const warnings: SafetyWarning[] = [];
+  const name = info.config.durable_name ?? info.name;
+  const ackWaitMs = millis(info.config.ack_wait ?? 0);
+  if (handlerTimeoutMs !== null && ackWaitMs < handlerTimeoutMs) {
+    warnings.push({
+      subject,
+      code: 'nats-ack-wait',
+      message:
+        `durable consumer ${name} on stream ${info.stream_name} has ack_wait ${seconds(ackWaitMs)}, shorter than the group's handler timeout of ${seconds(handlerTimeoutMs)}: ` +
+        `messages still waiting for their ack are redelivered meanwhile, and a busy group sees each one several times (deduplicated, but wasted work and misleading redelivery counts). ` +
+        `Raise it: nats consumer edit ${info.stream_name} ${name} --wait ${Math.ceil(handlerTimeoutMs / 1000)}s (or delete the consumer and let the source create it with ackWait).`,
+    });
+  }
+  const maxDeliver = info.config.max_deliver ?? -1;
+  if (maxDeliver > 0) {
+    warnings.push({
+      subject,
+      code: 'nats-max-deliver',
+      message:
+        `durable consumer ${name} on stream ${info.stream_name} has max_deliver ${maxDeliver}: after ${maxDeliver} deliveries a message is never delivered again, ` +
+        `so one that mailroom could not store that often (database down, process restarts) is silently lost. ` +
+        `Set it to unlimited: recreate the consumer with max_deliver -1 (delete it and let the source create it).`,
+    });
+  }
+  return warnings;
+}

@@ -1,0 +1,193 @@
+/**
+ * The relay target for NATS JetStream: publishes each batch on one connection
+ * with the event id as `Nats-Msg-Id` (the stream's deduplication), and
+ * resolves only when every event has its PubAck.
+ */
+import { jetstream, jetstreamManager, JetStreamApiError, type JetStreamClient, type JetStreamManager, type PubAck } from '@nats-io/jetstream';
+import { headers as natsHeaders, type NatsConnection } from '@nats-io/transport-node';
+import type { SafetyWarning, TargetCheckContext } from '../safety.ts';
+import { toWireMessage, type WireMessage } from '../wire.ts';
+import type { RelayContext, RelayedEvent, RelayTarget } from '../../relay/target.ts';
+import { targetWarnings } from './check.ts';
+import { closeQuietly, describeServers, openConnection, reason } from './connect.ts';
+import { isLiteralSubject, resolveTargetOptions, type NatsTargetOptions, type ResolvedNatsTargetOptions } from './options.ts';
+import { ensureStream, MIN_DUPLICATE_WINDOW_MS, streamInfoOrNull } from './stream.ts';
+
+/** The server's error code for a failed `Nats-Expected-Last-Msg-Id` check. */
+const WRONG_LAST_MSG_ID = 10070;
+
+interface Session {
+  nc: NatsConnection;
+  js: JetStreamClient;
+  jsm: JetStreamManager;
+}
+
+type Outcome = { ok: true; ack: PubAck } | { ok: false; error: unknown };
+
+/** A relay target publishing to a NATS JetStream stream; see {@link nats}. */
+export class NatsTarget implements RelayTarget {
+  readonly name: string;
+  readonly #options: ResolvedNatsTargetOptions;
+  #session: Session | null = null;
+  #connecting: Promise<Session> | null = null;
+  /** The relay's republish horizon from the last `check()`: a declared stream's duplicate window covers it. */
+  #horizonMs = 0;
+
+  constructor(options: NatsTargetOptions) {
+    this.#options = resolveTargetOptions(options);
+    this.name = this.#options.name;
+  }
+
+  /** `nats <servers> stream <stream>`: the subject of this target's warnings. */
+  get #subject(): string {
+    return `nats ${describeServers(this.#options.servers)} stream ${this.#options.stream}`;
+  }
+
+  /** Publishes the batch and resolves once every event has its PubAck (`context.tx` is not used). */
+  async publish(events: readonly RelayedEvent[], _context?: RelayContext): Promise<void> {
+    if (events.length === 0) return;
+    const messages = events.map((e) => toWireMessage(e.envelope));
+    for (const m of messages) {
+      if (!isLiteralSubject(m.type)) throw new Error(`nats: event ${m.id} has type ${JSON.stringify(m.type)}, which is not a valid subject token sequence`);
+    }
+    const session = await this.#connected();
+    const deadline = Date.now() + this.#options.ackTimeoutMs;
+    try {
+      await this.#publishChained(session, messages, deadline);
+    } catch (error) {
+      // A stalled or broken connection is replaced on the next publish.
+      if (session.nc.isClosed() || isTimeout(error)) this.#drop(session);
+      throw error;
+    }
+  }
+
+  /**
+   * Sends the whole batch at once (pipelined, in order, on one connection),
+   * every event after the first expecting its predecessor as the stream's
+   * last message id. A lost event thus also fails every later one, so no
+   * later event is ever stored ahead of an earlier one. When something else
+   * published into the stream in between (the expectation fails, nothing
+   * else did), the rest of the batch goes one event at a time.
+   */
+  async #publishChained(session: Session, messages: readonly WireMessage[], deadline: number): Promise<void> {
+    const outcomes = await Promise.all(
+      messages.map((m, i) => this.#send(session, m, deadline, i === 0 ? null : messages[i - 1]!.id)),
+    );
+    const first = outcomes.findIndex((o) => !o.ok);
+    if (first === -1) return;
+    const failed = outcomes[first] as { ok: false; error: unknown };
+    if (!(failed.error instanceof JetStreamApiError && failed.error.code === WRONG_LAST_MSG_ID)) {
+      throw this.#publishError(messages[first]!, failed.error, first, messages.length);
+    }
+    for (let i = first; i < messages.length; i++) {
+      const outcome = await this.#send(session, messages[i]!, deadline, null);
+      if (!outcome.ok) throw this.#publishError(messages[i]!, outcome.error, i, messages.length);
+    }
+  }
+
+  #send(session: Session, m: WireMessage, deadline: number, previousId: string | null): Promise<Outcome> {
+    const h = natsHeaders();
+    for (const [name, value] of Object.entries(m.headers)) h.set(name, value);
+    h.set('content-type', m.contentType);
+    const timeout = Math.max(1, deadline - Date.now());
+    return session.js
+      .publish(`${this.#options.subjectPrefix}.${m.type}`, m.body, {
+        msgID: m.id,
+        headers: h,
+        timeout,
+        expect: previousId === null ? { streamName: this.#options.stream } : { streamName: this.#options.stream, lastMsgID: previousId },
+      })
+      .then(
+        (ack): Outcome => ({ ok: true, ack }),
+        (error: unknown): Outcome => ({ ok: false, error }),
+      );
+  }
+
+  #publishError(m: WireMessage, error: unknown, index: number, count: number): Error {
+    const subject = `${this.#options.subjectPrefix}.${m.type}`;
+    const where = `event ${index + 1} of ${count} (id ${m.id}, subject ${subject}) to stream ${this.#options.stream} on ${describeServers(this.#options.servers)}`;
+    if (isTimeout(error)) {
+      return new Error(`nats: no PubAck for ${where} within the ackTimeout of ${this.#options.ackTimeoutMs} ms; the server is stalled or overloaded (the relay retries the batch)`, { cause: error });
+    }
+    if (error instanceof Error && error.name === 'JetStreamNotEnabled') {
+      return new Error(`nats: no stream captures ${where}: check that the stream exists and that its subjects include '${this.#options.subjectPrefix}.>', and that JetStream is enabled`, { cause: error });
+    }
+    return new Error(`nats: publishing ${where} failed: ${reason(error)}`, { cause: error });
+  }
+
+  /** The open session, or a new one (connected, stream declared). */
+  #connected(): Promise<Session> {
+    if (this.#session && !this.#session.nc.isClosed()) return Promise.resolve(this.#session);
+    this.#session = null;
+    this.#connecting ??= this.#open().finally(() => (this.#connecting = null));
+    return this.#connecting;
+  }
+
+  async #open(): Promise<Session> {
+    const nc = await openConnection(this.#options.servers, `mailroom relay ${this.name}`);
+    try {
+      const jsm = await jetstreamManager(nc);
+      await ensureStream(jsm, this.#options, Math.max(MIN_DUPLICATE_WINDOW_MS, this.#horizonMs));
+      const session = { nc, js: jetstream(nc), jsm };
+      this.#session = session;
+      void nc.closed().then(() => {
+        if (this.#session === session) this.#session = null;
+      });
+      return session;
+    } catch (error) {
+      await closeQuietly(nc);
+      if (error instanceof Error && error.message.startsWith('nats:')) throw error;
+      throw new Error(`nats: cannot use JetStream on ${describeServers(this.#options.servers)}: ${reason(error)}; is the server started with -js?`, { cause: error });
+    }
+  }
+
+  #drop(session: Session): void {
+    if (this.#session === session) this.#session = null;
+    void closeQuietly(session.nc);
+  }
+
+  /**
+   * The stream's settings that break a guarantee (`nats-stream-missing`,
+   * `nats-duplicate-window`, `nats-memory-storage`). Also remembers the
+   * relay's republish horizon: a stream this target declares later gets a
+   * duplicate window covering it.
+   */
+  async check(context: TargetCheckContext): Promise<SafetyWarning[]> {
+    this.#horizonMs = Math.max(this.#horizonMs, context.republishHorizonMs);
+    const nc = this.#session && !this.#session.nc.isClosed() ? null : await openConnection(this.#options.servers, `mailroom check ${this.name}`);
+    try {
+      const jsm = nc ? await jetstreamManager(nc) : this.#session!.jsm;
+      const info = await streamInfoOrNull(jsm, this.#options.stream);
+      return targetWarnings(info, this.#options, context.republishHorizonMs, this.#subject);
+    } finally {
+      await closeQuietly(nc);
+    }
+  }
+
+  /** Closes the connection; a later publish opens a new one. */
+  async close(): Promise<void> {
+    const session = this.#session;
+    this.#session = null;
+    const connecting = this.#connecting;
+    await closeQuietly(session?.nc ?? null);
+    if (connecting) await connecting.then((s) => closeQuietly(s.nc), () => undefined);
+  }
+}
+
+function isTimeout(error: unknown): boolean {
+  return error instanceof Error && (error.name === 'TimeoutError' || (error.cause instanceof Error && error.cause.name === 'TimeoutError'));
+}
+
+/**
+ * A relay target publishing outbox events to a NATS JetStream stream: subject
+ * `<subjectPrefix>.<event type>`, the event id as `Nats-Msg-Id` (deduplicated
+ * by the stream), the CloudEvents JSON as body, `content-type` and the tracing
+ * headers as NATS headers. Creates the stream on first use unless `declare: false`.
+ *
+ * @example
+ * import { nats } from 'mailroom/nats';
+ * const relay = mailroom.relay({ to: [nats({ url: 'nats://127.0.0.1:4222', stream: 'orders' })] });
+ */
+export function nats(options: NatsTargetOptions): NatsTarget {
+  return new NatsTarget(options);
+}

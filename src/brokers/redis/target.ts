@@ -1,0 +1,122 @@
+/**
+ * The relay target for Redis Streams: each event is added to the stream by a
+ * Lua script guarded by a dedup key on the event id; a batch is one pipeline,
+ * so it reaches Redis in outbox order, and `publish` resolves when every reply
+ * is in.
+ */
+import type { Redis } from 'ioredis';
+import { MailroomError } from '../../errors.ts';
+import type { RelayContext, RelayedEvent, RelayTarget } from '../../relay/target.ts';
+import type { SafetyWarning, TargetCheckContext } from '../safety.ts';
+import { toWireMessage } from '../wire.ts';
+import { ADD_SCRIPT, ADD_SCRIPT_SHA, dedupKey } from './add-script.ts';
+import { dedupWindowWarning, serverWarnings, warningSubject } from './check.ts';
+import { RedisConnection, reason } from './connection.ts';
+import { redactUrl, resolveTargetOptions, type RedisTargetOptions, type ResolvedTargetOptions } from './options.ts';
+
+/**
+ * A relay target that adds every event to a Redis stream, at most once per
+ * event id within `dedupWindow`. Connects on the first publish.
+ *
+ * @example
+ * import { redisStreams } from 'mailroom/redis';
+ * const relay = mailroom.relay({ to: [redisStreams({ url: 'redis://127.0.0.1:6379', stream: 'orders' })] });
+ */
+export function redisStreams(options: RedisTargetOptions): RelayTarget {
+  return new RedisStreamsTarget(resolveTargetOptions(options));
+}
+
+class RedisStreamsTarget implements RelayTarget {
+  readonly name: string;
+  private readonly connection: RedisConnection;
+
+  constructor(private readonly options: ResolvedTargetOptions) {
+    this.name = options.name;
+    this.connection = new RedisConnection(options.url, 'target', loadScript);
+  }
+
+  async publish(events: readonly RelayedEvent[], _context: RelayContext): Promise<void> {
+    if (events.length === 0) return;
+    const { ackTimeoutMs } = this.options;
+    let timer: NodeJS.Timeout | undefined;
+    const timeout = new Promise<never>((_, reject) => {
+      timer = setTimeout(() => {
+        // Replies that come later belong to a connection nobody reads any more.
+        this.connection.drop();
+        reject(
+          new MailroomError(
+            `redis target ${this.name}: no reply from ${redactUrl(this.options.url)} within ${ackTimeoutMs} ms for a batch of ${events.length} ` +
+              `events on stream ${this.options.stream}; the relay retries the batch (is the server stalled or overloaded? ackTimeout sets the limit)`,
+          ),
+        );
+      }, ackTimeoutMs);
+    });
+    try {
+      await Promise.race([this.send(events), timeout]);
+    } finally {
+      clearTimeout(timer);
+    }
+  }
+
+  private async send(events: readonly RelayedEvent[]): Promise<void> {
+    const { stream, dedupWindowMs, maxLen } = this.options;
+    const client = await this.connection.get();
+    const pipeline = client.pipeline();
+    let previous: string | null = null;
+    for (const event of events) {
+      const message = toWireMessage(event.envelope);
+      const key = dedupKey(stream, message.id);
+      const keys = previous === null ? [stream, key] : [stream, key, previous];
+      const fields: (string | Buffer)[] = ['id', message.id, 'type', message.type];
+      if (message.key !== null) fields.push('key', message.key);
+      fields.push('content-type', message.contentType);
+      for (const [name, value] of Object.entries(message.headers)) fields.push(name, value);
+      fields.push('body', message.body);
+      pipeline.call('EVALSHA', [ADD_SCRIPT_SHA, keys.length, ...keys, dedupWindowMs, maxLen ?? '', ...fields]);
+      previous = key;
+    }
+    let replies: [Error | null, unknown][] | null;
+    try {
+      replies = await pipeline.exec();
+    } catch (err) {
+      this.connection.drop();
+      throw this.failure(events.length, err);
+    }
+    if (replies === null || replies.length !== events.length) {
+      this.connection.drop();
+      throw this.failure(events.length, new Error('the pipeline was aborted'));
+    }
+    const failed = replies.findIndex(([err]) => err !== null);
+    if (failed >= 0) {
+      const err = replies[failed]![0]!;
+      // NOSCRIPT (SCRIPT FLUSH) or a lost connection: start afresh on the next publish.
+      if (/NOSCRIPT/.test(err.message) || client.status !== 'ready') this.connection.drop();
+      throw this.failure(events.length, err, failed, events[failed]!.envelope.id);
+    }
+  }
+
+  private failure(count: number, err: unknown, index?: number, id?: string): MailroomError {
+    const which = index === undefined ? '' : ` at event ${index + 1} (${id})`;
+    return new MailroomError(
+      `redis target ${this.name}: adding ${count} events to stream ${this.options.stream} on ${redactUrl(this.options.url)} failed${which}: ` +
+        `${reason(err)}; the relay retries the batch`,
+      { cause: err },
+    );
+  }
+
+  async check(context: TargetCheckContext): Promise<SafetyWarning[]> {
+    const subject = warningSubject(this.options.url, this.options.stream);
+    const warnings = dedupWindowWarning(subject, this.options.dedupWindowMs, context.republishHorizonMs);
+    const client = await this.connection.get();
+    return [...warnings, ...(await serverWarnings(client, subject, 'target'))];
+  }
+
+  async close(): Promise<void> {
+    await this.connection.close();
+  }
+}
+
+async function loadScript(client: Redis): Promise<void> {
+  const sha = await client.call('SCRIPT', ['LOAD', ADD_SCRIPT]);
+  if (sha !== ADD_SCRIPT_SHA) throw new Error(`SCRIPT LOAD returned ${String(sha)}, expected ${ADD_SCRIPT_SHA}`);
+}

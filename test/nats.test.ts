@@ -1,0 +1,700 @@
+/**
+ * The NATS JetStream adapter (src/brokers/nats) against a real nats-server:
+ * NATS_URL for most tests, private servers (nats-server on a free port with
+ * its own store) for restarts, outages and stalls.
+ */
+import assert from 'node:assert/strict';
+import { describe, test } from 'node:test';
+import { AckPolicy, DeliverPolicy, jetstream, StorageType, type JetStreamManager } from '@nats-io/jetstream';
+import { nanos, millis } from '@nats-io/transport-node';
+import { ceiling } from '../bench/brokers/nats-ceiling.ts';
+import { nats, natsSource } from '../src/brokers/nats/index.ts';
+import type { SafetyWarning } from '../src/brokers/safety.ts';
+import type { SourceContext, SourceMessage } from '../src/brokers/source.ts';
+import { CLOUDEVENTS_CONTENT_TYPE, toWireMessage } from '../src/brokers/wire.ts';
+import { ValidationError } from '../src/errors.ts';
+import { toEnvelope } from '../src/events/envelope.ts';
+import { newId } from '../src/ids.ts';
+import type { RelayContext, RelayedEvent } from '../src/relay/target.ts';
+import { fixture, freePort, natsPair, PrivateNatsServer, withJsm } from './helpers/brokers/nats.ts';
+
+const url = process.env.NATS_URL ?? null;
+const skip = !url && 'set NATS_URL';
+const NATS = url ?? 'nats://127.0.0.1:4222';
+
+let counter = 0;
+const unique = () => `t-${process.pid}-${++counter}`;
+/** The relay's transaction: a broker target ignores it. */
+const relayContext = { tx: {} } as unknown as RelayContext;
+const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
+
+function events(count: number, options: { type?: string; keyOf?: (i: number) => string; dataBytes?: (i: number) => number } = {}): RelayedEvent[] {
+  return Array.from({ length: count }, (_, i) => {
+    const id = newId();
+    const envelope = toEnvelope({
+      position: String(i + 1),
+      xid: '1',
+      id,
+      type: options.type ?? 'order.created',
+      version: 1,
+      source: 'mailroom://test',
+      subject: options.keyOf ? options.keyOf(i) : `order-${i % 3}`,
+      time: new Date(),
+      correlation_id: `corr-${i}`,
+      causation_id: `cause-${i}`,
+      traceparent: '00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01',
+      headers: null,
+      data: { i, pad: 'x'.repeat(options.dataBytes ? options.dataBytes(i) : 0) },
+    });
+    return { position: String(i + 1), xid: '1', envelope };
+  });
+}
+
+interface Stored {
+  seq: number;
+  subject: string;
+  headers: Record<string, string>;
+  body: string;
+}
+
+async function readStream(server: string, stream: string): Promise<Stored[]> {
+  return withJsm(server, async (jsm) => {
+    const info = await jsm.streams.info(stream);
+    const out: Stored[] = [];
+    for (let seq = info.state.first_seq; seq <= info.state.last_seq && info.state.messages > 0; seq++) {
+      const m = await jsm.streams.getMessage(stream, { seq });
+      if (!m) continue;
+      const headers: Record<string, string> = {};
+      for (const [k, v] of m.header ?? []) headers[k] = v.join(',');
+      out.push({ seq: m.seq, subject: m.subject, headers, body: new TextDecoder().decode(m.data) });
+    }
+    return out;
+  });
+}
+
+async function createStream(server: string, stream: string, extra: { storage?: StorageType; duplicateWindowMs?: number; maxMsgSize?: number } = {}): Promise<void> {
+  await withJsm(server, async (jsm) => {
+    await jsm.streams.add({
+      name: stream,
+      subjects: [`${stream}.>`],
+      storage: extra.storage ?? StorageType.File,
+      duplicate_window: nanos(extra.duplicateWindowMs ?? 120_000),
+      ...(extra.maxMsgSize ? { max_msg_size: extra.maxMsgSize } : {}),
+    });
+  });
+}
+
+const deleteStream = (server: string, stream: string) => withJsm(server, (jsm) => jsm.streams.delete(stream)).catch(() => undefined);
+
+async function rawPublish(server: string, subject: string, body: string, msgID?: string): Promise<void> {
+  await withJsm(server, async (_jsm, nc) => {
+    await jetstream(nc).publish(subject, body, msgID ? { msgID } : {});
+  });
+}
+
+interface Recorder extends SourceContext {
+  readonly reports: unknown[];
+  readonly warnings: SafetyWarning[];
+  readonly messages: SourceMessage[];
+  readonly deliver: (m: SourceMessage) => void;
+  /** Resolves once `count` messages were delivered in all. */
+  until(count: number, timeoutMs?: number): Promise<SourceMessage[]>;
+}
+
+function recorder(group: string, handlerTimeoutMs: number | null = null): Recorder {
+  const reports: unknown[] = [];
+  const warnings: SafetyWarning[] = [];
+  const messages: SourceMessage[] = [];
+  return {
+    group,
+    handlerTimeoutMs,
+    reports,
+    warnings,
+    messages,
+    report: (e) => reports.push(e),
+    warn: (w) => warnings.push(w),
+    deliver: (m) => messages.push(m),
+    async until(count, timeoutMs = 10_000) {
+      const deadline = Date.now() + timeoutMs;
+      while (messages.length < count) {
+        if (Date.now() > deadline) throw new Error(`timed out after ${timeoutMs} ms with ${messages.length} of ${count} messages delivered`);
+        await sleep(10);
+      }
+      return messages;
+    },
+  };
+}
+
+const eventId = (m: SourceMessage) => JSON.parse(typeof m.body === 'string' ? m.body : new TextDecoder().decode(m.body)).id as string;
+
+/** Runs `fn`, then stops or closes `items` whatever happened. */
+async function closing<T extends { close?(): Promise<void>; stop?(): Promise<void> }, R>(items: T[], fn: () => Promise<R>): Promise<R> {
+  try {
+    return await fn();
+  } finally {
+    for (const item of items) await (item.stop ?? item.close)?.call(item).catch(() => undefined);
+  }
+}
+
+function isValidationErrorNaming(path: string) {
+  return (error: unknown) => {
+    assert.ok(error instanceof ValidationError, `expected a ValidationError, got ${String(error)}`);
+    assert.equal(error.issues[0]?.path, path);
+    assert.match(error.message, new RegExp(`^nats: ${path.replace(/[[\]]/g, '\\$&')} `));
+    return true;
+  };
+}
+
+describe('nats options', () => {
+  test('bad target options throw a ValidationError naming the option', () => {
+    const ok = { url: NATS, stream: 'orders' };
+    const cases: Array<[Record<string, unknown>, string]> = [
+      [{ ...ok, url: '' }, 'url'],
+      [{ ...ok, url: 42 }, 'url'],
+      [{ ...ok, url: [] }, 'url'],
+      [{ ...ok, url: [NATS, 'http://x:1'] }, 'url[1]'],
+      [{ ...ok, stream: 'a.b' }, 'stream'],
+      [{ ...ok, stream: '' }, 'stream'],
+      [{ ...ok, subjectPrefix: 'a.*' }, 'subjectPrefix'],
+      [{ ...ok, subjectPrefix: 'a..b' }, 'subjectPrefix'],
+      [{ ...ok, name: 'has space' }, 'name'],
+      [{ ...ok, name: 'x'.repeat(129) }, 'name'],
+      [{ ...ok, declare: 'yes' }, 'declare'],
+      [{ ...ok, ackTimeout: 'soon' }, 'ackTimeout'],
+      [{ ...ok, ackTimeout: -5 }, 'ackTimeout'],
+    ];
+    for (const [options, path] of cases) {
+      assert.throws(() => nats(options as never), isValidationErrorNaming(path), `${JSON.stringify(options)} should fail on ${path}`);
+    }
+    assert.throws(() => nats(null as never), isValidationErrorNaming('options'));
+    assert.equal(nats(ok).name, 'nats:orders');
+    assert.equal(nats({ ...ok, name: 'eu.orders:1' }).name, 'eu.orders:1');
+    assert.equal(nats({ url: [NATS, '127.0.0.1:4223'], stream: 'orders', subjectPrefix: 'shop.orders', ackTimeout: '5s' }).name, 'nats:orders');
+  });
+
+  test('bad source options throw a ValidationError naming the option', () => {
+    const ok = { url: NATS, stream: 'orders' };
+    const cases: Array<[Record<string, unknown>, string]> = [
+      [{ ...ok, url: 'not a url' }, 'url'],
+      [{ ...ok, stream: 'a>' }, 'stream'],
+      [{ ...ok, durable: 'billing.v2' }, 'durable'],
+      [{ ...ok, durable: '' }, 'durable'],
+      [{ ...ok, filterSubject: 'orders.>.x' }, 'filterSubject'],
+      [{ ...ok, ackWait: '10ms' }, 'ackWait'],
+      [{ ...ok, prefetch: 0 }, 'prefetch'],
+      [{ ...ok, prefetch: 1.5 }, 'prefetch'],
+      [{ ...ok, from: 'latest' }, 'from'],
+    ];
+    for (const [options, path] of cases) {
+      assert.throws(() => natsSource(options as never), isValidationErrorNaming(path), `${JSON.stringify(options)} should fail on ${path}`);
+    }
+    const s = natsSource({ ...ok, filterSubject: 'orders.order.*', ackWait: '45s', prefetch: 10, from: 'earliest' });
+    assert.equal(s.kind, 'nats');
+    assert.equal(s.name, 'orders');
+  });
+
+  test('a group name that is no valid durable name fails start with a ValidationError naming durable', async () => {
+    const source = natsSource({ url: NATS, stream: 'orders' });
+    await assert.rejects(source.start(() => {}, recorder('billing.v2')), (e: unknown) => {
+      assert.ok(e instanceof ValidationError);
+      assert.equal(e.issues[0]?.path, 'durable');
+      assert.match(e.message, /consumer group's name/);
+      return true;
+    });
+  });
+});
+
+describe('nats target', { skip }, () => {
+  test('publishes a batch in order and resolves after the PubAcks, with id, content type and headers on the wire', async () => {
+    const stream = `mr-${unique()}`;
+    const target = nats({ url: NATS, stream });
+    await closing([target], async () => {
+      const batch = events(250, { type: 'order.created' });
+      await target.publish(batch, relayContext);
+      // Resolved: the stream already holds every event (read on another connection).
+      const stored = await readStream(NATS, stream);
+      assert.equal(stored.length, 250);
+      for (const [i, m] of stored.entries()) {
+        const wire = toWireMessage(batch[i]!.envelope);
+        assert.equal(m.subject, `${stream}.order.created`);
+        assert.equal(m.headers['Nats-Msg-Id'], wire.id);
+        assert.equal(m.headers['content-type'], CLOUDEVENTS_CONTENT_TYPE);
+        assert.equal(m.headers['traceparent'], wire.headers.traceparent);
+        assert.equal(m.headers['correlationid'], `corr-${i}`);
+        assert.equal(m.headers['causationid'], `cause-${i}`);
+        assert.equal(m.headers['partitionkey'], `order-${i % 3}`);
+        assert.equal(m.body, wire.body.toString('utf8'));
+      }
+    }).finally(() => deleteStream(NATS, stream));
+  });
+
+  test('declares a missing stream: subjects <prefix>.>, file storage, a duplicate window covering the republish horizon', async () => {
+    const stream = `mr-${unique()}`;
+    const target = nats({ url: NATS, stream, subjectPrefix: `shop.${stream}` });
+    await closing([target], async () => {
+      assert.deepEqual(await target.check({ republishHorizonMs: 300_000 }), [], 'a stream the target will declare gets no warning');
+      await target.publish(events(1, { type: 'order.paid' }), relayContext);
+      const info = await withJsm(NATS, (jsm) => jsm.streams.info(stream));
+      assert.deepEqual(info.config.subjects, [`shop.${stream}.>`]);
+      assert.equal(info.config.storage, StorageType.File);
+      assert.equal(millis(info.config.duplicate_window), 300_000);
+      assert.equal((await readStream(NATS, stream))[0]?.subject, `shop.${stream}.order.paid`);
+
+      const other = `mr-${unique()}`;
+      const plain = nats({ url: NATS, stream: other });
+      await plain.publish(events(1), relayContext);
+      await plain.close();
+      assert.equal(millis((await withJsm(NATS, (jsm) => jsm.streams.info(other))).config.duplicate_window), 120_000, 'at least 2 minutes');
+      await deleteStream(NATS, other);
+    }).finally(() => deleteStream(NATS, stream));
+  });
+
+  test('the stream deduplicates a republished event id, and a republished batch keeps its order', async () => {
+    const stream = `mr-${unique()}`;
+    const target = nats({ url: NATS, stream });
+    await closing([target], async () => {
+      const batch = events(10);
+      await target.publish(batch.slice(0, 6), relayContext);
+      // The relay crashed after the PubAcks, before its cursor moved: it publishes the whole batch again.
+      await target.publish(batch, relayContext);
+      await target.publish(batch, relayContext);
+      const stored = await readStream(NATS, stream);
+      assert.deepEqual(
+        stored.map((m) => m.headers['Nats-Msg-Id']),
+        batch.map((e) => e.envelope.id),
+      );
+    }).finally(() => deleteStream(NATS, stream));
+  });
+
+  test('a message from another publisher between two attempts of a batch: the rest goes one by one, in order', async () => {
+    const stream = `mr-${unique()}`;
+    const target = nats({ url: NATS, stream });
+    await closing([target], async () => {
+      const batch = events(5);
+      await target.publish(batch.slice(0, 2), relayContext);
+      await rawPublish(NATS, `${stream}.foreign`, 'not mailroom', 'foreign-1');
+      await target.publish(batch, relayContext);
+      const ids = (await readStream(NATS, stream)).map((m) => m.headers['Nats-Msg-Id']);
+      const e = batch.map((x) => x.envelope.id);
+      assert.deepEqual(ids, [e[0], e[1], 'foreign-1', e[2], e[3], e[4]]);
+    }).finally(() => deleteStream(NATS, stream));
+  });
+
+  test('an event the stream refuses fails the batch, and no later event of it is stored ahead of it', async () => {
+    const stream = `mr-${unique()}`;
+    await createStream(NATS, stream, { maxMsgSize: 2_000 });
+    const target = nats({ url: NATS, stream, declare: false });
+    await closing([target], async () => {
+      // Event 3 (index 2) is too big for the stream; the later, small ones must not overtake it.
+      const batch = events(6, { dataBytes: (i) => (i === 2 ? 5_000 : 10) });
+      await assert.rejects(target.publish(batch, relayContext), /nats: publishing event 3 of 6 .* failed: .*maximum/i);
+      const ids = (await readStream(NATS, stream)).map((m) => m.headers['Nats-Msg-Id']);
+      assert.deepEqual(ids, batch.slice(0, 2).map((x) => x.envelope.id));
+    }).finally(() => deleteStream(NATS, stream));
+  });
+
+  test('rejects while the server is down, names it, and publishes again once it is back', async () => {
+    const server = await PrivateNatsServer.create();
+    const stream = `mr-${unique()}`;
+    const target = nats({ url: server.url, stream, ackTimeout: '3s' });
+    await closing([target], async () => {
+      await target.publish(events(2), relayContext);
+      await server.stop();
+      const down = events(3);
+      await assert.rejects(target.publish(down, relayContext), (e: Error) => {
+        assert.match(e.message, new RegExp(`nats: (cannot connect to ${server.url}|publishing event 1 of 3 .* on ${server.url})`));
+        return true;
+      });
+      await server.start();
+      await target.publish(down, relayContext);
+      assert.equal((await readStream(server.url, stream)).length, 5);
+    }).finally(() => server.destroy());
+  });
+
+  test('a stalled server: the publish rejects after ackTimeout instead of hanging, and a later publish succeeds', async () => {
+    const server = await PrivateNatsServer.create();
+    const stream = `mr-${unique()}`;
+    const target = nats({ url: server.url, stream, ackTimeout: 700 });
+    await closing([target], async () => {
+      await target.publish(events(1), relayContext);
+      server.signal('SIGSTOP');
+      const started = Date.now();
+      try {
+        await assert.rejects(target.publish(events(3), relayContext), /no PubAck for event 1 of 3 .* within the ackTimeout of 700 ms/);
+        assert.ok(Date.now() - started < 3_000, `rejected after ${Date.now() - started} ms`);
+      } finally {
+        server.signal('SIGCONT');
+      }
+      await target.publish(events(2), relayContext);
+      // The first batch and the last one; the stalled one may or may not have landed (the relay would republish it).
+      assert.ok((await readStream(server.url, stream)).length >= 3);
+    }).finally(() => server.destroy());
+  });
+
+  test('a refused connection names the URL', async () => {
+    const port = await freePort();
+    const target = nats({ url: `nats://127.0.0.1:${port}`, stream: 'orders' });
+    await assert.rejects(target.publish(events(1), relayContext), new RegExp(`nats: cannot connect to nats://127.0.0.1:${port}: .*refused`));
+    await target.close();
+  });
+
+  test('declare: false and no stream: publish rejects saying how to create it', async () => {
+    const stream = `mr-${unique()}`;
+    const target = nats({ url: NATS, stream, declare: false });
+    await assert.rejects(target.publish(events(1), relayContext), new RegExp(`stream ${stream} does not exist .* declare: false; create it \\(nats stream add ${stream}`));
+    await target.close();
+  });
+
+  test('check(): nats-stream-missing, nats-duplicate-window and nats-memory-storage fire exactly when their condition holds', async () => {
+    const missing = `mr-${unique()}`;
+    const short = `mr-${unique()}`;
+    const memory = `mr-${unique()}`;
+    const good = `mr-${unique()}`;
+    await createStream(NATS, short, { duplicateWindowMs: 10_000 });
+    await createStream(NATS, memory, { storage: StorageType.Memory, duplicateWindowMs: 300_000 });
+    await createStream(NATS, good, { duplicateWindowMs: 300_000 });
+    const codes = async (stream: string, declare: boolean, republishHorizonMs: number) => {
+      const target = nats({ url: NATS, stream, declare });
+      try {
+        const warnings = await target.check({ republishHorizonMs });
+        for (const w of warnings) {
+          assert.equal(w.subject, `nats ${NATS} stream ${stream}`);
+          assert.match(w.message, new RegExp(stream));
+        }
+        return warnings.map((w) => w.code).sort();
+      } finally {
+        await target.close();
+      }
+    };
+    try {
+      assert.deepEqual(await codes(missing, false, 60_000), ['nats-stream-missing']);
+      assert.deepEqual(await codes(missing, true, 60_000), []);
+      assert.deepEqual(await codes(short, true, 60_000), ['nats-duplicate-window']);
+      assert.deepEqual(await codes(short, false, 10_000), []);
+      assert.deepEqual(await codes(memory, true, 60_000), ['nats-memory-storage']);
+      assert.deepEqual(await codes(memory, true, 400_000), ['nats-duplicate-window', 'nats-memory-storage']);
+      assert.deepEqual(await codes(good, false, 300_000), []);
+    } finally {
+      for (const s of [short, memory, good]) await deleteStream(NATS, s);
+    }
+  });
+});
+
+describe('nats source', { skip }, () => {
+  test('delivers body, message id, lower-case headers and origin; an acked message is not redelivered, an unacked one is given back on stop', async () => {
+    const pair = await natsPair(unique());
+    try {
+      const target = pair.target();
+      const batch = events(4);
+      await target.publish(batch, relayContext);
+      const first = pair.source();
+      const ctx = recorder('ignored');
+      await first.start(ctx.deliver, ctx);
+      const got = await ctx.until(4);
+      assert.deepEqual(got.map(eventId), batch.map((e) => e.envelope.id));
+      const m = got[0]!;
+      const wire = toWireMessage(batch[0]!.envelope);
+      assert.equal(m.messageId, wire.id);
+      assert.equal(new TextDecoder().decode(m.body as Uint8Array), wire.body.toString('utf8'));
+      assert.equal(m.headers?.['content-type'], CLOUDEVENTS_CONTENT_TYPE);
+      assert.equal(m.headers?.['traceparent'], wire.headers.traceparent);
+      assert.equal(m.headers?.['correlationid'], 'corr-0');
+      assert.equal(m.headers?.['partitionkey'], 'order-0');
+      assert.equal(m.headers?.['nats-msg-id'], wire.id);
+      for (const name of Object.keys(m.headers ?? {})) assert.equal(name, name.toLowerCase());
+      assert.match(m.origin, /^nats stream mr-t-\d+-\d+, consumer g-t-\d+-\d+, sequence 1, delivery 1$/);
+      await got[0]!.ack();
+      await got[1]!.ack();
+      await first.stop();
+      assert.equal(await pair.pending(), 2, 'two unacked');
+
+      const second = fixture.sourceFrom(pair.describe());
+      const ctx2 = recorder('ignored');
+      await second.start(ctx2.deliver, ctx2);
+      const again = await ctx2.until(2, 3_000); // given back by stop(): well before AckWait (5 s)
+      assert.deepEqual(again.map(eventId).sort(), [batch[2]!.envelope.id, batch[3]!.envelope.id].sort());
+      assert.match(again[0]!.origin, /delivery 2$/);
+      for (const x of again) await x.ack();
+      await sleep(300);
+      assert.equal(ctx2.messages.length, 2, 'acked messages are not redelivered');
+      await second.stop();
+      assert.equal(await pair.pending(), 0);
+    } finally {
+      await pair.cleanup();
+    }
+  });
+
+  test('raw messages (no mailroom) come through with their id and headers', async () => {
+    const pair = await natsPair(unique());
+    try {
+      const raw = await pair.raw();
+      await raw.publish('{"not":"a cloudevent"}', { messageId: 'raw-1', headers: { 'ce-id': 'x1', 'Content-Type': 'application/json' } });
+      await raw.publish(Buffer.from('no id'));
+      assert.equal(await pair.pending(), 2);
+      const source = pair.source();
+      const ctx = recorder('g');
+      await source.start(ctx.deliver, ctx);
+      const [a, b] = await ctx.until(2);
+      assert.equal(a!.messageId, 'raw-1');
+      assert.equal(a!.headers?.['ce-id'], 'x1');
+      assert.equal(a!.headers?.['content-type'], 'application/json');
+      assert.equal(b!.messageId, null);
+      a!.ack();
+      b!.ack();
+      await source.stop();
+      assert.equal(await pair.pending(), 0);
+    } finally {
+      await pair.cleanup();
+    }
+  });
+
+  test('an unacked message is redelivered after AckWait while the source runs', async () => {
+    const stream = `mr-${unique()}`;
+    await createStream(NATS, stream);
+    const source = natsSource({ url: NATS, stream, durable: 'late', ackWait: 1_000, from: 'earliest' });
+    const ctx = recorder('late');
+    await closing([source], async () => {
+      await rawPublish(NATS, `${stream}.x`, 'hello', 'only-1');
+      await source.start(ctx.deliver, ctx);
+      const [first, second] = await ctx.until(2, 5_000);
+      assert.equal(first!.messageId, 'only-1');
+      assert.equal(second!.messageId, 'only-1');
+      assert.match(second!.origin, /delivery 2$/);
+      second!.ack();
+      first!.ack(); // a second ack of the same message: harmless
+    }).finally(() => deleteStream(NATS, stream));
+  });
+
+  test('prefetch bounds the delivered, unacknowledged messages', async () => {
+    const pair = await natsPair(unique());
+    try {
+      await pair.target().publish(events(20), relayContext);
+      const source = pair.source({ prefetch: 5 });
+      const ctx = recorder('g');
+      await source.start(ctx.deliver, ctx);
+      await ctx.until(5);
+      await sleep(500);
+      assert.equal(ctx.messages.length, 5);
+      const info = await withJsm(NATS, (jsm: JetStreamManager) => jsm.consumers.info(String(pair.describe().stream), String(pair.describe().durable)));
+      assert.equal(info.num_ack_pending, 5);
+      ctx.messages[0]!.ack();
+      ctx.messages[1]!.nack();
+      await ctx.until(7);
+      await sleep(300);
+      assert.equal(ctx.messages.length, 7, 'one ack and one nack make room for two more');
+      // Ack whatever arrives: all 20 come through, plus the nacked one again.
+      const deadline = Date.now() + 10_000;
+      while (ctx.messages.length < 21 && Date.now() < deadline) {
+        for (const m of ctx.messages) m.ack();
+        await sleep(10);
+      }
+      for (const m of ctx.messages) m.ack();
+      assert.equal(ctx.messages.length, 21);
+      assert.equal(new Set(ctx.messages.map(eventId)).size, 20);
+      await source.stop();
+      assert.equal(await pair.pending(), 0);
+    } finally {
+      await pair.cleanup();
+    }
+  });
+
+  test('reconnects after a server restart, reports it, and goes on delivering; ack and nack of a dead connection do not throw', async () => {
+    const pair = await natsPair(unique(), { restartable: true });
+    try {
+      const target = pair.target();
+      await target.publish(events(3), relayContext);
+      const source = pair.source();
+      const ctx = recorder('g');
+      await source.start(ctx.deliver, ctx);
+      const before = await ctx.until(3);
+      before[0]!.ack();
+      await sleep(100);
+      await pair.restart();
+      before[1]!.ack(); // its connection is gone: swallowed, redelivered later, deduplicated by mailroom
+      before[2]!.nack();
+      await target.publish(events(2), relayContext); // the target reconnects too
+      await ctx.until(5 + 2, 15_000); // 2 new + the 2 unacked ones again after AckWait
+      await sleep(300);
+      const after = ctx.messages;
+      assert.ok(ctx.reports.length >= 1, 'the lost connection was reported');
+      assert.match(String(ctx.reports[0]), new RegExp(`nats: consumer ${pair.durable} on stream ${pair.stream} \\(${pair.url}\\): .*; reconnecting in 100 ms`));
+      for (const m of after) m.ack();
+      await source.stop();
+      assert.equal(await pair.pending(), 0);
+    } finally {
+      await pair.cleanup();
+    }
+  });
+
+  test('keeps retrying while the server is down and resumes when it is back', async () => {
+    const pair = await natsPair(unique(), { restartable: true });
+    try {
+      const source = pair.source();
+      const ctx = recorder('g');
+      await source.start(ctx.deliver, ctx);
+      const raw = await pair.raw();
+      await raw.publish('one', { messageId: 'one' });
+      await raw.close();
+      await ctx.until(1);
+      ctx.messages[0]!.ack();
+      // Down for a while: several failed reconnects, each reported, with growing delays.
+      await pair.server!.stop();
+      await sleep(1_200);
+      assert.ok(ctx.reports.length >= 3, `reports: ${ctx.reports.length}`);
+      assert.match(String(ctx.reports.at(-1)), new RegExp(`cannot connect to ${pair.url}: .*; reconnecting in (400|800|1600) ms`));
+      await pair.server!.start();
+      const raw2 = await pair.raw();
+      await raw2.publish('two', { messageId: 'two' });
+      await raw2.close();
+      await ctx.until(2, 10_000);
+      assert.equal(ctx.messages[1]!.messageId, 'two');
+      ctx.messages[1]!.ack();
+      await source.stop();
+    } finally {
+      await pair.cleanup();
+    }
+  });
+
+  test('a stalled server (SIGSTOP): the source notices the missing heartbeats, reconnects once it resumes, and stops promptly', async () => {
+    const pair = await natsPair(unique(), { restartable: true });
+    try {
+      const source = pair.source();
+      const ctx = recorder('g');
+      await source.start((m) => { ctx.deliver(m); m.ack(); }, ctx);
+      const raw = await pair.raw();
+      await raw.publish('a', { messageId: 'a' });
+      await ctx.until(1);
+      pair.server!.signal('SIGSTOP');
+      try {
+        const deadline = Date.now() + 15_000;
+        while (ctx.reports.length === 0 && Date.now() < deadline) await sleep(50);
+        assert.match(String(ctx.reports[0]), /heartbeats missed; reconnecting in 100 ms/);
+      } finally {
+        pair.server!.signal('SIGCONT');
+      }
+      await raw.publish('b', { messageId: 'b' });
+      await ctx.until(2, 10_000);
+      assert.equal(ctx.messages[1]!.messageId, 'b');
+      const stopping = Date.now();
+      await source.stop();
+      assert.ok(Date.now() - stopping < 2_000);
+    } finally {
+      await pair.cleanup();
+    }
+  });
+
+  test('creates its durable from the group, with explicit acks, unlimited deliveries, AckWait max(30 s, handler timeout), from now or earliest', async () => {
+    const stream = `mr-${unique()}`;
+    await createStream(NATS, stream);
+    try {
+      await rawPublish(NATS, `${stream}.a`, 'before');
+      const now = natsSource({ url: NATS, stream });
+      const ctxNow = recorder('billing', 45_000);
+      const earliest = natsSource({ url: NATS, stream, durable: 'audit', from: 'earliest', filterSubject: `${stream}.a` });
+      const ctxEarliest = recorder('ignored', null);
+      await closing([now, earliest], async () => {
+        await now.start(ctxNow.deliver, ctxNow);
+        await earliest.start(ctxEarliest.deliver, ctxEarliest);
+        assert.equal(now.name, `${stream}/billing`);
+        assert.equal(earliest.name, `${stream}/audit`);
+        await rawPublish(NATS, `${stream}.a`, 'after');
+        await ctxEarliest.until(2);
+        await ctxNow.until(1);
+        await sleep(200);
+        assert.deepEqual(ctxNow.messages.map((m) => new TextDecoder().decode(m.body as Uint8Array)), ['after']);
+        assert.deepEqual(ctxEarliest.messages.map((m) => new TextDecoder().decode(m.body as Uint8Array)), ['before', 'after']);
+        for (const m of [...ctxNow.messages, ...ctxEarliest.messages]) m.ack();
+        const [billing, audit] = await withJsm(NATS, async (jsm) => [await jsm.consumers.info(stream, 'billing'), await jsm.consumers.info(stream, 'audit')]);
+        assert.equal(billing!.config.ack_policy, AckPolicy.Explicit);
+        assert.equal(billing!.config.max_deliver, -1);
+        assert.equal(billing!.config.deliver_policy, DeliverPolicy.New);
+        assert.equal(millis(billing!.config.ack_wait!), 45_000);
+        assert.equal(audit!.config.deliver_policy, DeliverPolicy.All);
+        assert.equal(audit!.config.filter_subject, `${stream}.a`);
+        assert.equal(millis(audit!.config.ack_wait!), 30_000);
+        assert.deepEqual(ctxNow.warnings, []);
+        assert.deepEqual(ctxEarliest.warnings, []);
+      });
+    } finally {
+      await deleteStream(NATS, stream);
+    }
+  });
+
+  test('a missing stream or a push consumer fails start with a clear error', async () => {
+    const stream = `mr-${unique()}`;
+    await assert.rejects(natsSource({ url: NATS, stream, durable: 'x' }).start(() => {}, recorder('x')), new RegExp(`nats: stream ${stream} does not exist on ${NATS}`));
+    await createStream(NATS, stream);
+    try {
+      await withJsm(NATS, (jsm) => jsm.consumers.add(stream, { durable_name: 'pushy', ack_policy: AckPolicy.Explicit, deliver_subject: `deliver.${stream}` }));
+      await assert.rejects(natsSource({ url: NATS, stream, durable: 'pushy' }).start(() => {}, recorder('x')), /consumer pushy on stream .* is a push consumer/);
+    } finally {
+      await deleteStream(NATS, stream);
+    }
+  });
+
+  test('check(): nats-ack-wait and nats-max-deliver fire exactly when their condition holds', async () => {
+    const stream = `mr-${unique()}`;
+    await createStream(NATS, stream);
+    const addConsumer = (durable: string, ackWaitMs: number, maxDeliver: number) =>
+      withJsm(NATS, (jsm) => jsm.consumers.add(stream, { durable_name: durable, ack_policy: AckPolicy.Explicit, ack_wait: nanos(ackWaitMs), max_deliver: maxDeliver }));
+    const run = async (durable: string, handlerTimeoutMs: number | null) => {
+      const source = natsSource({ url: NATS, stream, durable });
+      const ctx = recorder('g', handlerTimeoutMs);
+      try {
+        const before = (await source.check()).map((w) => w.code);
+        assert.ok(!before.includes('nats-ack-wait'), 'before start there is no handler timeout to compare with');
+        await source.start(ctx.deliver, ctx);
+        assert.deepEqual(ctx.warnings, [], 'start leaves the warnings to check(), which mailroom runs after it');
+        const checked = await source.check();
+        for (const w of checked) assert.equal(w.subject, `nats ${NATS} stream ${stream} consumer ${durable}`);
+        return checked.map((w) => w.code).sort();
+      } finally {
+        await source.stop();
+      }
+    };
+    try {
+      await addConsumer('short', 5_000, -1);
+      await addConsumer('long', 60_000, -1);
+      await addConsumer('limited', 60_000, 3);
+      assert.deepEqual(await run('short', 10_000), ['nats-ack-wait']);
+      assert.deepEqual(await run('short', 5_000), []);
+      assert.deepEqual(await run('short', null), []);
+      assert.deepEqual(await run('long', 10_000), []);
+      assert.deepEqual(await run('limited', 10_000), ['nats-max-deliver']);
+      assert.deepEqual(await run('limited', 120_000), ['nats-ack-wait', 'nats-max-deliver']);
+    } finally {
+      await deleteStream(NATS, stream);
+    }
+  });
+
+  test('several sources of one durable share its messages', async () => {
+    const pair = await natsPair(unique());
+    try {
+      const a = pair.source({ prefetch: 3 });
+      const b = fixture.sourceFrom(pair.describe(), { prefetch: 3 });
+      const ctxA = recorder('g');
+      const ctxB = recorder('g');
+      await a.start((m) => { ctxA.deliver(m); m.ack(); }, ctxA);
+      await b.start((m) => { ctxB.deliver(m); m.ack(); }, ctxB);
+      const batch = events(40);
+      await pair.target().publish(batch, relayContext);
+      const deadline = Date.now() + 10_000;
+      while (ctxA.messages.length + ctxB.messages.length < 40 && Date.now() < deadline) await sleep(10);
+      const ids = [...ctxA.messages, ...ctxB.messages].map(eventId).sort();
+      assert.deepEqual(ids, batch.map((e) => e.envelope.id).sort());
+      await a.stop();
+      await b.stop();
+      assert.equal(await pair.pending(), 0);
+    } finally {
+      await pair.cleanup();
+    }
+  });
+});
+
+describe('nats ceiling', { skip }, () => {
+  test('publishes with PubAcks in batches of 100 and reports a rate', async () => {
+    const result = await ceiling({ url: NATS, messages: 200 });
+    assert.equal(result.messages, 200);
+    assert.ok(result.perSecond > 0 && result.seconds > 0);
+  });
+});
