@@ -114,12 +114,15 @@ describe('redis target', { skip }, () => {
     assert.equal(target.name, `redis:${p.stream}`);
   });
 
-  test('keeps outbox order within a batch', async () => {
+  test('keeps outbox order within a batch, across the script calls of a large batch; a republished large batch adds nothing', async () => {
     const p = await pair();
-    const batch = events(100);
-    await p.target().publish(batch, relayContext);
+    const batch = events(250); // three script calls: 100, 100, 50
+    const target = p.target();
+    await target.publish(batch, relayContext);
     const entries = await p.admin.xrange(p.stream, '-', '+');
     assert.deepEqual(entries.map(([, f]) => fieldsOf(f).id), idsOf(batch));
+    await target.publish(batch, relayContext);
+    assert.equal(await p.admin.xlen(p.stream), 250);
   });
 
   test("the target's guard refuses a republished event id within the dedup window", async () => {
@@ -171,12 +174,19 @@ describe('redis target', { skip }, () => {
     const entries = await p.admin.xrange(p.stream, '-', '+');
     assert.deepEqual(entries.map(([, f]) => fieldsOf(f).id), idsOf(batch));
 
-    // The order guard on its own: KEYS[3] (the previous event's dedup key) is missing.
+    // The order guard on its own: KEYS[2] (the previous run's last dedup key) is missing.
     const [next] = events(1);
-    const keys = [p.stream, dedupKey(p.stream, next!.envelope.id), dedupKey(p.stream, 'never-added')];
-    await assert.rejects(p.admin.eval(ADD_SCRIPT, 3, ...keys, 60_000, '', 'id', next!.envelope.id, 'body', '{}'), /MAILROOM_ORDER/);
+    const keys = [p.stream, dedupKey(p.stream, 'never-added'), dedupKey(p.stream, next!.envelope.id)];
+    await assert.rejects(p.admin.eval(ADD_SCRIPT, 3, ...keys, '1', 60_000, '', 4, 'id', next!.envelope.id, 'body', '{}'), /MAILROOM_ORDER/);
     assert.equal(await p.admin.xlen(p.stream), 3);
-    assert.equal(await p.admin.exists(keys[1]!), 0);
+    assert.equal(await p.admin.exists(keys[2]!), 0);
+    // A run stops at its first failed XADD: the events after it in the run are not added either.
+    const more = events(3);
+    await p.admin.del(p.stream);
+    await p.admin.set(p.stream, 'not a stream');
+    await assert.rejects(target.publish(more, relayContext), /WRONGTYPE/);
+    for (const e of more) assert.equal(await p.admin.exists(dedupKey(p.stream, e.envelope.id)), 0);
+    await p.admin.del(p.stream);
   });
 
   test('connects on the first publish, and a refused connection names the URL (never the password)', async () => {

@@ -16,10 +16,11 @@ import { flushUntil } from './helpers/relay.ts';
 
 const happened = defineEvent<{ n: number }>('relay.happened', { version: 1 });
 
-function capture(name = 'capture'): RelayTarget & { envelopes: CloudEventEnvelope[]; ns(): number[] } {
+function capture(name = 'capture', readAhead = false): RelayTarget & { envelopes: CloudEventEnvelope[]; ns(): number[] } {
   const envelopes: CloudEventEnvelope[] = [];
   return {
     name,
+    readAhead,
     envelopes,
     ns: () => envelopes.map((e) => (e.data as { n: number }).n),
     publish: async (events) => void envelopes.push(...events.map((e) => e.envelope)),
@@ -37,14 +38,14 @@ async function craft(t: TestMailroom, n: number, xid: string, key: string | null
 
 for (const db of testDatabases()) {
   describe(`relay on ${db.name}`, () => {
-    it('keeps per-key order when xid order is not position order, extending or cutting a batch as needed', async () => {
+    for (const readAhead of [false, true]) it(`keeps per-key order when xid order is not position order, extending or cutting a batch as needed${readAhead ? ' (a read-ahead target)' : ''}`, async () => {
       const t = await db.open();
       // Positions follow insert order; xids are chosen. Key K: n=1 (xid 200), n=2 (xid 150), n=4 (xid 180).
       await craft(t, 1, '200', 'K');
       await craft(t, 2, '150', 'K');
       await craft(t, 3, '120', null);
       await craft(t, 4, '180', 'K');
-      const target = capture();
+      const target = capture('capture', readAhead);
       const relay = t.mailroom.relay({ internal: false, to: [target], batchSize: 2 });
       const reports: RelayEvents['held-back'][0][] = [];
       relay.on('held-back', (info) => reports.push(info));
@@ -72,6 +73,38 @@ for (const db of testDatabases()) {
       assert.deepEqual(target.ns(), [3, 1, 2, 4, 5, 6, 7]);
       assert.equal((await t.mailroom.stats()).relay.capture?.unpublished, 0);
       await relay.stop();
+    });
+
+    it('a read-ahead target: the next batch is read during the confirm; a failed publish is retried from the cursor, nothing skipped or reordered; context.tx is refused', async () => {
+      const t = await db.open();
+      for (let n = 1; n <= 23; n++) await craft(t, n, String(100 + n), `k${n % 3}`);
+      const delivered: number[] = [];
+      let calls = 0;
+      const flaky: RelayTarget = {
+        name: 'flaky',
+        readAhead: true,
+        async publish(events) {
+          calls++;
+          if (calls === 3) throw new Error('broker hiccup on the third batch');
+          delivered.push(...events.map((e) => (e.envelope.data as { n: number }).n));
+        },
+      };
+      const relay = t.mailroom.relay({ internal: false, to: [flaky], batchSize: 5 });
+      const errors: unknown[] = [];
+      relay.on('error', (e) => errors.push(e));
+      await assert.rejects(relay.flush(), /broker hiccup/);
+      const again = await relay.flush();
+      assert.equal(again.flaky?.delivered, 13, 'the failed batch and the rest');
+      assert.deepEqual(delivered, Array.from({ length: 23 }, (_, i) => i + 1), 'each event once, in order');
+      assert.equal((await t.mailroom.stats()).relay.flaky?.unpublished, 0);
+      await relay.stop();
+
+      await craft(t, 24, '200', null);
+      const usesTx: RelayTarget = { name: 'uses-tx', readAhead: true, publish: async (_events, context) => void (await context.tx.query('SELECT 1')) };
+      const wrong = t.mailroom.relay({ internal: false, to: [usesTx] });
+      await assert.rejects(wrong.flush(), /declared readAhead: true.*context\.tx cannot be used/);
+      assert.equal((await t.mailroom.stats()).relay['uses-tx']?.unpublished, 24, 'nothing was marked delivered');
+      await wrong.stop();
     });
 
     it('reads in numeric (xid, position) order across digit boundaries', async () => {

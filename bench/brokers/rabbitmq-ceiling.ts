@@ -17,6 +17,8 @@ export interface RabbitMqCeilingOptions {
   messages: number;
   /** Body size in bytes. Default 300 (about a small CloudEvents document). */
   bodyBytes?: number;
+  /** Transport headers on every message (as the relay sends: `partitionkey`, `traceparent`, …). Default none. */
+  headers?: Record<string, string>;
   /** The queue's type. Default `'quorum'`. */
   queueType?: 'quorum' | 'classic';
 }
@@ -50,7 +52,15 @@ export async function ceiling(options: RabbitMqCeilingOptions): Promise<CeilingR
         for (let i = 0; i < n; i++) {
           confirms.push(
             new Promise<void>((resolve, reject) => {
-              channel.publish(name, 'ceiling.measured', body, { persistent: true, mandatory: true, messageId: randomUUID(), contentType: 'application/cloudevents+json; charset=utf-8' }, (err: unknown) =>
+              channel.publish(name, 'ceiling.measured', body, {
+                  persistent: true,
+                  mandatory: true,
+                  messageId: randomUUID(),
+                  contentType: 'application/cloudevents+json; charset=utf-8',
+                  type: 'ceiling.measured',
+                  timestamp: Math.floor(Date.now() / 1000),
+                  headers: { ...options.headers },
+                }, (err: unknown) =>
                 err ? reject(err instanceof Error ? err : new Error(String(err))) : resolve(),
               );
             }),

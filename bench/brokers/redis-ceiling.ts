@@ -18,6 +18,8 @@ export interface RedisCeilingOptions {
   messages: number;
   /** Body size in bytes. Default 300 (about a small CloudEvents document). */
   bodyBytes?: number;
+  /** Transport headers on every entry, as fields (as the relay sends: `partitionkey`, `traceparent`, …). Default none. */
+  headers?: Record<string, string>;
 }
 
 export interface CeilingResult {
@@ -37,12 +39,13 @@ export async function ceiling(options: RedisCeilingOptions): Promise<CeilingResu
   client.on('error', () => {});
   try {
     const body = Buffer.alloc(bodyBytes, 'x');
+    const extra = Object.entries(options.headers ?? {}).flat();
     const started = now();
     for (let sent = 0; sent < messages; ) {
       const n = Math.min(BATCH, messages - sent);
       const pipeline = client.pipeline();
       for (let i = 0; i < n; i++) {
-        pipeline.xadd(stream, '*', 'id', randomUUID(), 'type', 'ceiling.measured', 'content-type', 'application/cloudevents+json; charset=utf-8', 'body', body);
+        pipeline.xadd(stream, '*', 'id', randomUUID(), 'type', 'ceiling.measured', 'content-type', 'application/cloudevents+json; charset=utf-8', ...extra, 'body', body);
       }
       const replies = await pipeline.exec();
       const failed = replies?.find(([err]) => err !== null);

@@ -17,6 +17,7 @@ export interface RelayQueries {
   predecessors: NamedQuery;
   rowsAt: NamedQuery;
   advance: NamedQuery;
+  advanceNow: NamedQuery;
   afterCursor: NamedQuery;
   oldestTransaction: NamedQuery;
   cursorStats: NamedQuery;
@@ -102,6 +103,16 @@ export function relayQueries(quotedSchema: string): RelayQueries {
       'relay_advance',
       `UPDATE ${s}.relay_cursors
           SET cursor_xid = $4::xid8, cursor_position = $5::bigint, delivered = delivered + $6::bigint, delivered_at = now(), updated_at = now()
+        WHERE target = $1 AND holder = $2 AND token = $3::bigint AND (cursor_xid, cursor_position) < ($4::xid8, $5::bigint)`,
+    ),
+    // $1 target, $2 holder, $3 token, $4 cursor xid, $5 cursor position, $6 delivered, $7 lease ms.
+    // A read-ahead target's advance, on its own after the broker's confirm: fenced by the token,
+    // and it renews the lease.
+    advanceNow: q(
+      'relay_advance_now',
+      `UPDATE ${s}.relay_cursors
+          SET cursor_xid = $4::xid8, cursor_position = $5::bigint, delivered = delivered + $6::bigint, delivered_at = now(), updated_at = now(),
+              locked_until = now() + $7::bigint ${MS}
         WHERE target = $1 AND holder = $2 AND token = $3::bigint AND (cursor_xid, cursor_position) < ($4::xid8, $5::bigint)`,
     ),
     // $1 cursor xid, $2 cursor position. Past the cursor, with a fence read now: rows below it (a round

@@ -7,6 +7,7 @@ import type { Driver } from '../storage/driver.ts';
 import { findHolder, type HeldBackBy } from './held-back.ts';
 import type { ResolvedRelayOptions } from './options.ts';
 import { planBatch, type OutboxPoint } from './read-batch.ts';
+import { NO_TRANSACTION, readBatch, type ReadBatch } from './read-ahead.ts';
 import type { RelayQueries } from './relay-queries.ts';
 import type { RelayedEvent, RelayTarget } from './target.ts';
 import { Waker } from '../worker/waker.ts';
@@ -46,6 +47,8 @@ interface TargetState {
   waker: Waker;
   heldBackSince: number | null;
   lastHeldBackReport: number;
+  /** A read-ahead target's next batch, read while the last one was being confirmed. */
+  ahead: Promise<ReadBatch | null> | null;
 }
 
 type Round =
@@ -85,7 +88,7 @@ export class Relay extends EventEmitter<RelayEvents> {
   ) {
     super();
     this.id = options.id;
-    this.states = options.targets.map((target) => ({ target, token: null, busy: Promise.resolve(), waker: new Waker(), heldBackSince: null, lastHeldBackReport: 0 }));
+    this.states = options.targets.map((target) => ({ target, token: null, busy: Promise.resolve(), waker: new Waker(), heldBackSince: null, lastHeldBackReport: 0, ahead: null }));
   }
 
   /** The names of this relay's targets. */
@@ -161,6 +164,7 @@ export class Relay extends EventEmitter<RelayEvents> {
     await this.pruning;
     for (const s of this.states) {
       await s.busy; // a flush() in flight
+      await this.dropReadAhead(s);
 
       if (s.token === null) continue;
       await this.driver.run(this.queries.release, [s.target.name, this.id, s.token]).catch((e: unknown) => this.report(e));
@@ -296,6 +300,7 @@ export class Relay extends EventEmitter<RelayEvents> {
    * the lease is lost), the commit-safe read, the target's delivery, the cursor.
    */
   private async round(s: TargetState): Promise<Round> {
+    if (s.target.readAhead === true) return this.readAheadRound(s);
     const token = s.token;
     if (token === null) return { kind: 'lost' };
     const name = s.target.name;
@@ -332,6 +337,50 @@ export class Relay extends EventEmitter<RelayEvents> {
       if (error instanceof LeaseLost) return { kind: 'lost' };
       throw error;
     }
+  }
+
+  /**
+   * One batch for a read-ahead target: the batch read during the previous
+   * round's confirm (or read now), published; the next one read meanwhile;
+   * then the cursor's fenced advance. A failed publish or a lost lease drops
+   * the batch read ahead: the next round reads again from the cursor.
+   */
+  private async readAheadRound(s: TargetState): Promise<Round> {
+    const token = s.token;
+    if (token === null) return { kind: 'lost' };
+    const name = s.target.name;
+    const read = (from: OutboxPoint | null) =>
+      readBatch({ driver: this.driver, queries: this.queries, target: name, holder: this.id, token, leaseMs: this.options.leaseMs, batchSize: this.options.batchSize, from });
+    let batch = s.ahead === null ? null : await s.ahead.catch((error: unknown) => (this.report(error), null));
+    s.ahead = null;
+    if (batch === null || batch.token !== token) batch = await read(null);
+    if (batch === null) return { kind: 'lost' };
+    const { plan, fence, events } = batch;
+    if (events.length === 0 || plan.cursor === null) {
+      return { kind: 'done', delivered: 0, exhausted: plan.exhausted, blockedBy: plan.blockedBy, fence, cursor: batch.from };
+    }
+    const next = plan.cursor;
+    const publishing = s.target.publish(events, { tx: NO_TRANSACTION });
+    if (!plan.exhausted && plan.blockedBy === null) s.ahead = read(next);
+    try {
+      await publishing;
+    } catch (error) {
+      await this.dropReadAhead(s);
+      throw error;
+    }
+    const advanced = await this.driver.run(this.queries.advanceNow, [name, this.id, token, String(next.xid), String(next.position), events.length, this.options.leaseMs]);
+    if (advanced.rowCount !== 1) {
+      await this.dropReadAhead(s);
+      return { kind: 'lost' };
+    }
+    this.emit('delivered', { target: name, count: events.length, cursor: { xid: String(next.xid), position: String(next.position) } });
+    return { kind: 'done', delivered: events.length, exhausted: plan.exhausted, blockedBy: plan.blockedBy, fence, cursor: next };
+  }
+
+  private async dropReadAhead(s: TargetState): Promise<void> {
+    const ahead = s.ahead;
+    s.ahead = null;
+    await ahead?.catch(() => null);
   }
 
   /**

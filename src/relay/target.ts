@@ -35,6 +35,12 @@ export interface RelayContext {
 export interface RelayTarget {
   /** Names the target's cursor: 1-128 letters, digits, `_ . : -`. `internal` is the fan-out's. */
   readonly name: string;
+  /**
+   * True for a target that does not use `context.tx` (a broker): the relay
+   * then reads the next batch while this one is being confirmed, and moves the
+   * cursor by its own fenced statement after the confirm. Default false.
+   */
+  readonly readAhead?: boolean;
   publish(events: readonly RelayedEvent[], context: RelayContext): Promise<void>;
   /** Broker settings that break a guarantee; the relay logs them at start (`warning` event), `mailroom doctor` prints them. */
   check?(context: TargetCheckContext): Promise<SafetyWarning[]>;

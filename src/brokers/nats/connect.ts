@@ -46,6 +46,8 @@ export async function openConnection(servers: readonly string[], name: string): 
       timeout: 5_000,
       pingInterval: 5_000,
       maxPingOut: 3,
+      // Without this the client captures two stack traces per request (a third of a publish's CPU).
+      noAsyncTraces: true,
     });
   } catch (error) {
     throw new Error(

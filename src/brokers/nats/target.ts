@@ -27,6 +27,8 @@ type Outcome = { ok: true; ack: PubAck } | { ok: false; error: unknown };
 /** A relay target publishing to a NATS JetStream stream; see {@link nats}. */
 export class NatsTarget implements RelayTarget {
   readonly name: string;
+  /** Publishes without the relay's transaction: the relay reads the next batch while this one is confirmed. */
+  readonly readAhead = true;
   readonly #options: ResolvedNatsTargetOptions;
   #session: Session | null = null;
   #connecting: Promise<Session> | null = null;

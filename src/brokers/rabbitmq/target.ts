@@ -36,6 +36,8 @@ const PRECONDITION_FAILED = 406;
 
 class RabbitMqRelayTarget implements RabbitMqTarget {
   readonly name: string;
+  /** Publishes without the relay's transaction: the relay reads the next batch while this one is confirmed. */
+  readonly readAhead = true;
   private readonly options: ResolvedTargetOptions;
   private link: Link | null = null;
   private connecting: Promise<Link> | null = null;

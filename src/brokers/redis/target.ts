@@ -1,6 +1,7 @@
 /**
  * The relay target for Redis Streams: each event is added to the stream by a
- * Lua script guarded by a dedup key on the event id; a batch is one pipeline,
+ * Lua script guarded by a dedup key on the event id, up to 100 events per
+ * script call; a batch is one pipeline,
  * so it reaches Redis in outbox order, and `publish` resolves when every reply
  * is in.
  */
@@ -9,7 +10,7 @@ import { MailroomError } from '../../errors.ts';
 import type { RelayContext, RelayedEvent, RelayTarget } from '../../relay/target.ts';
 import type { SafetyWarning, TargetCheckContext } from '../safety.ts';
 import { toWireMessage } from '../wire.ts';
-import { ADD_SCRIPT, ADD_SCRIPT_SHA, dedupKey } from './add-script.ts';
+import { ADD_SCRIPT, ADD_SCRIPT_SHA, dedupKey, EVENTS_PER_CALL } from './add-script.ts';
 import { dedupWindowWarning, serverWarnings, warningSubject } from './check.ts';
 import { RedisConnection, reason } from './connection.ts';
 import { redactUrl, resolveTargetOptions, type RedisTargetOptions, type ResolvedTargetOptions } from './options.ts';
@@ -28,6 +29,8 @@ export function redisStreams(options: RedisTargetOptions): RelayTarget {
 
 class RedisStreamsTarget implements RelayTarget {
   readonly name: string;
+  /** Publishes without the relay's transaction: the relay reads the next batch while this one is confirmed. */
+  readonly readAhead = true;
   private readonly connection: RedisConnection;
 
   constructor(private readonly options: ResolvedTargetOptions) {
@@ -63,17 +66,24 @@ class RedisStreamsTarget implements RelayTarget {
     const client = await this.connection.get();
     const pipeline = client.pipeline();
     let previous: string | null = null;
-    for (const event of events) {
-      const message = toWireMessage(event.envelope);
-      const key = dedupKey(stream, message.id);
-      const keys = previous === null ? [stream, key] : [stream, key, previous];
-      const fields: (string | Buffer)[] = ['id', message.id, 'type', message.type];
-      if (message.key !== null) fields.push('key', message.key);
-      fields.push('content-type', message.contentType);
-      for (const [name, value] of Object.entries(message.headers)) fields.push(name, value);
-      fields.push('body', message.body);
-      pipeline.call('EVALSHA', [ADD_SCRIPT_SHA, keys.length, ...keys, dedupWindowMs, maxLen ?? '', ...fields]);
-      previous = key;
+    const runs: number[] = []; // index of each run's first event
+    for (let start = 0; start < events.length; start += EVENTS_PER_CALL) {
+      runs.push(start);
+      const keys: string[] = previous === null ? [stream] : [stream, previous];
+      const args: (string | number | Buffer)[] = [previous === null ? '0' : '1', dedupWindowMs, maxLen ?? ''];
+      for (const event of events.slice(start, start + EVENTS_PER_CALL)) {
+        const message = toWireMessage(event.envelope);
+        const key = dedupKey(stream, message.id);
+        keys.push(key);
+        const fields: (string | Buffer)[] = ['id', message.id, 'type', message.type];
+        if (message.key !== null) fields.push('key', message.key);
+        fields.push('content-type', message.contentType);
+        for (const [name, value] of Object.entries(message.headers)) fields.push(name, value);
+        fields.push('body', message.body);
+        args.push(fields.length, ...fields);
+        previous = key;
+      }
+      pipeline.call('EVALSHA', [ADD_SCRIPT_SHA, keys.length, ...keys, ...args]);
     }
     let replies: [Error | null, unknown][] | null;
     try {
@@ -82,7 +92,7 @@ class RedisStreamsTarget implements RelayTarget {
       this.connection.drop();
       throw this.failure(events.length, err);
     }
-    if (replies === null || replies.length !== events.length) {
+    if (replies === null || replies.length !== runs.length) {
       this.connection.drop();
       throw this.failure(events.length, new Error('the pipeline was aborted'));
     }
@@ -91,12 +101,13 @@ class RedisStreamsTarget implements RelayTarget {
       const err = replies[failed]![0]!;
       // NOSCRIPT (SCRIPT FLUSH) or a lost connection: start afresh on the next publish.
       if (/NOSCRIPT/.test(err.message) || client.status !== 'ready') this.connection.drop();
-      throw this.failure(events.length, err, failed, events[failed]!.envelope.id);
+      const first = runs[failed]!;
+      throw this.failure(events.length, err, first, events[first]!.envelope.id);
     }
   }
 
   private failure(count: number, err: unknown, index?: number, id?: string): MailroomError {
-    const which = index === undefined ? '' : ` at event ${index + 1} (${id})`;
+    const which = index === undefined ? '' : ` in the events from ${index + 1} (${id}) on`;
     return new MailroomError(
       `redis target ${this.name}: adding ${count} events to stream ${this.options.stream} on ${redactUrl(this.options.url)} failed${which}: ` +
         `${reason(err)}; the relay retries the batch`,

@@ -1,0 +1,56 @@
+/**
+ * The relay without a broker: N events in the outbox, one relay whose only
+ * target does nothing (or the broker named by TARGET), events/s. For
+ * profiling the relay's own share (`--cpu-prof`).
+ *
+ *   N=20000 TARGET=null|redis|nats|rabbitmq npx tsx bench/brokers/relay-alone.ts
+ */
+import { createMailroom, defineEvent, type RelayTarget } from '../../dist/index.js';
+import { redisStreams } from '../../dist/brokers/redis/index.js';
+import { nats } from '../../dist/brokers/nats/index.js';
+import { rabbitmq } from '../../dist/brokers/rabbitmq/index.js';
+import { createDatabase, dropDatabase } from '../db.ts';
+import { now } from '../stats.ts';
+
+const N = Number(process.env.N ?? 20000);
+const BATCH = Number(process.env.BATCH ?? 1000);
+const kind = process.env.TARGET ?? 'null';
+const serverUrl = process.env.BENCH_DATABASE_URL ?? 'postgres://postgres@127.0.0.1:5432/postgres';
+const name = `mrbench_relay_${Date.now().toString(36)}`;
+const noted = defineEvent<{ n: number; pad: string }>('bench.item-noted', { version: 1 });
+
+const targets: Record<string, () => RelayTarget> = {
+  null: () => ({ name: 'null', publish: async () => {} }),
+  redis: () => redisStreams({ url: process.env.REDIS_URL ?? 'redis://127.0.0.1:6379', stream: name }),
+  nats: () => nats({ url: process.env.NATS_URL ?? 'nats://127.0.0.1:4222', stream: name }),
+  rabbitmq: () => rabbitmq({ url: process.env.RABBITMQ_URL ?? 'amqp://guest:guest@127.0.0.1:5672', exchange: name, unroutable: 'warn' }),
+};
+
+const url = await createDatabase(serverUrl, name);
+if (process.env.LOG_STATEMENTS) {
+  const pg = (await import('pg')).default;
+  const c = new pg.Client(serverUrl);
+  await c.connect();
+  await c.query(`ALTER DATABASE "${name}" SET log_min_duration_statement = 0`);
+  await c.end();
+}
+const mailroom = await createMailroom({ database: url, poolSize: 4 });
+try {
+  await mailroom.migrate();
+  for (let i = 0; i < N; i += 1000) {
+    await mailroom.publishMany(noted, Array.from({ length: Math.min(1000, N - i) }, (_, j) => ({ n: i + j, pad: 'x'.repeat(120) })), { key: (d) => `k${d.n % 100}` });
+  }
+  const relay = mailroom.relay({ to: [targets[kind]!()], internal: false, batchSize: BATCH, pollInterval: 50 });
+  relay.on('warning', () => {});
+  let delivered = 0;
+  const done = new Promise<void>((resolve) => relay.on('delivered', (i) => (delivered += i.count) >= N && resolve()));
+  const started = now();
+  await relay.start();
+  await done;
+  const seconds = (now() - started) / 1000;
+  await relay.stop();
+  console.log(`${kind}: ${N} events in ${seconds.toFixed(2)} s = ${Math.round(N / seconds)} events/s (batch ${BATCH})`);
+} finally {
+  await mailroom.close();
+  await dropDatabase(serverUrl, name);
+}

@@ -1,0 +1,75 @@
+/**
+ * Reading a batch outside the round that delivers it, for targets that do not
+ * write through the round's transaction (brokers). The relay reads batch k+1
+ * while the broker confirms batch k, so a round costs the longer of the two
+ * instead of their sum. The cursor still only moves after the confirm, by a
+ * fenced statement; batch k+1 is published only after batch k was confirmed
+ * (wire order is outbox order), and is dropped when k fails or the lease is lost.
+ */
+import { toEnvelope, type OutboxRow } from '../events/envelope.ts';
+import type { Driver, Queryable } from '../storage/driver.ts';
+import { planBatch, type BatchPlan, type OutboxPoint } from './read-batch.ts';
+import type { RelayQueries } from './relay-queries.ts';
+import type { RelayedEvent } from './target.ts';
+
+/** A batch read ahead of its delivery. */
+export interface ReadBatch {
+  /** The lease token it was read under. */
+  token: string;
+  /** The fence it was read below. */
+  fence: bigint;
+  /** Where it starts (the cursor it was planned from). */
+  from: OutboxPoint;
+  plan: BatchPlan;
+  events: RelayedEvent[];
+}
+
+/** What reading a batch needs. */
+export interface ReadBatchInput {
+  driver: Driver;
+  queries: RelayQueries;
+  target: string;
+  holder: string;
+  token: string;
+  leaseMs: number;
+  batchSize: number;
+  /** Plan from here (the batch before it, not yet confirmed); null: from the cursor in the database, renewing the lease. */
+  from: OutboxPoint | null;
+}
+
+/**
+ * Reads the next batch in a short read-only transaction. Null when the lease
+ * is lost (only checked when reading from the database's cursor; the cursor's
+ * fenced advance checks it in every case).
+ */
+export async function readBatch(input: ReadBatchInput): Promise<ReadBatch | null> {
+  const { driver, queries } = input;
+  const { rows: fenceRows } = await driver.run<{ fence: string }>(queries.fence, []);
+  const fence = BigInt(fenceRows[0]!.fence);
+  return driver.transaction(async (tx) => {
+    let from = input.from;
+    if (from === null) {
+      const begun = await tx.query<{ cursor_xid: string; cursor_position: string }>(queries.beginRound.text, [input.target, input.holder, input.token, input.leaseMs]);
+      const row = begun.rows[0];
+      if (!row) return null;
+      from = { xid: BigInt(row.cursor_xid), position: BigInt(row.cursor_position) };
+    }
+    const plan = await planBatch(tx, queries, from, fence, input.batchSize);
+    const events = plan.positions.length === 0 ? [] : await eventsAt(tx, queries, plan.positions);
+    return { token: input.token, fence, from, plan, events };
+  });
+}
+
+async function eventsAt(tx: Queryable, queries: RelayQueries, positions: string[]): Promise<RelayedEvent[]> {
+  const { rows } = await tx.query<OutboxRow>(queries.rowsAt.text, [positions]);
+  return rows.map((r) => Object.freeze({ position: r.position, xid: r.xid, envelope: toEnvelope(r) }));
+}
+
+/** The `context.tx` of a read-ahead target: it has no transaction, and says so if used. */
+export const NO_TRANSACTION: Queryable = {
+  query() {
+    return Promise.reject(
+      new Error('this relay target declared readAhead: true, so its publish runs outside the relay\'s transaction and context.tx cannot be used; drop readAhead to write through context.tx'),
+    );
+  },
+};
