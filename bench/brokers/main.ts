@@ -6,11 +6,12 @@
  * 1. ceiling: a bare client publishing N messages with confirms, batches of 100, no database;
  * 2. relay: N events already in the outbox (one fresh database), one relay with only that
  *    broker's target (batchSize 1000): events/s from start to the last confirmed batch;
- * 3. lag: events published one per transaction at half the ceiling's rate for a few seconds,
- *    relayed (default batch size) and consumed from the broker by a consumer group; the time
- *    from each publish's commit to its handler's start, p50 / p99.
+ * 3. lag: events published one per transaction at a fixed rate for a few seconds (default
+ *    500/s and 1,000/s; 'half' is half the relay's own rate), relayed (default batch size) and consumed from the
+ *    broker by a consumer group; the time from each publish's commit to its handler's start,
+ *    p50 / p99. Everything (publishers, relay, broker, consumer, PostgreSQL) shares the machine.
  *
- *   npm run bench:brokers -- [--messages 20000] [--lag-seconds 5] [--only rabbitmq,nats,redis] [--json]
+ *   npm run bench:brokers -- [--messages 20000] [--lag-seconds 5] [--lag-rates 500,1000] [--only rabbitmq,nats,redis] [--json FILE]
  */
 import { writeFile } from 'node:fs/promises';
 import { connect as amqpConnect } from 'amqplib';
@@ -29,10 +30,20 @@ type Kind = 'rabbitmq' | 'nats' | 'redis';
 interface Config {
   messages: number;
   lagSeconds: number;
+  /** Rates for the lag runs; 'half' is half the relay's measured rate. */
+  lagRates: (number | 'half')[];
   only: Kind[];
   json: string | null;
   serverUrl: string;
   urls: Record<Kind, string>;
+}
+
+interface LagResult {
+  ratePerSecond: number;
+  events: number;
+  p50Ms: number;
+  p99Ms: number;
+  maxMs: number;
 }
 
 interface BrokerResult {
@@ -40,11 +51,7 @@ interface BrokerResult {
   ceilingPerSecond: number;
   relayPerSecond: number;
   relayOfCeiling: number;
-  lagRatePerSecond: number;
-  lagEvents: number;
-  lagP50Ms: number;
-  lagP99Ms: number;
-  lagMaxMs: number;
+  lag: LagResult[];
 }
 
 /** What a broker needs for a run: a target, a source for a group, and a destination made ready. */
@@ -132,6 +139,7 @@ function parseArgs(argv: string[]): Config {
   const c: Config = {
     messages: 20_000,
     lagSeconds: 5,
+    lagRates: [500, 1000],
     only: ['rabbitmq', 'nats', 'redis'],
     json: null,
     serverUrl: process.env.BENCH_DATABASE_URL ?? 'postgres://postgres@127.0.0.1:5432/postgres',
@@ -150,15 +158,17 @@ function parseArgs(argv: string[]): Config {
     };
     if (flag === '--messages') c.messages = Number(value());
     else if (flag === '--lag-seconds') c.lagSeconds = Number(value());
+    else if (flag === '--lag-rates') c.lagRates = value().split(',').map((r) => (r === 'half' ? 'half' : Number(r)));
     else if (flag === '--only') c.only = value().split(',') as Kind[];
     else if (flag === '--json') c.json = value();
     else if (flag === '--help') {
-      console.log('npm run bench:brokers -- [--messages N] [--lag-seconds S] [--only rabbitmq,nats,redis] [--json FILE]');
+      console.log('npm run bench:brokers -- [--messages N] [--lag-seconds S] [--lag-rates 500,1000] [--only rabbitmq,nats,redis] [--json FILE]');
       process.exit(0);
     } else throw new Error(`unknown flag ${flag}; see --help`);
   }
   if (!Number.isInteger(c.messages) || c.messages < 100) throw new Error('--messages must be an integer of at least 100');
   if (!(c.lagSeconds > 0)) throw new Error('--lag-seconds must be a positive number');
+  for (const r of c.lagRates) if (r !== 'half' && !(Number.isInteger(r) && r > 0)) throw new Error(`--lag-rates: ${r} is not a positive integer or 'half'`);
   for (const k of c.only) if (!['rabbitmq', 'nats', 'redis'].includes(k)) throw new Error(`--only: unknown broker ${k}`);
   return c;
 }
@@ -233,7 +243,16 @@ async function endToEndLag(setup: BrokerSetup, serverUrl: string, name: string, 
     await consumer.start();
     const relay = mailroom.relay({ to: [setup.target(name)], internal: false, pollInterval: 50 });
     relay.on('warning', () => {});
+    relay.on('held-back', () => {}); // the publishers' own transactions, for a moment
     await relay.start();
+    const monitor = process.env.BENCH_MONITOR
+      ? setInterval(() => {
+          void mailroom.stats().then((st) => {
+            const r = Object.values(st.relay)[0];
+            process.stderr.write(`    [monitor] relay unpublished ${r?.unpublished} held ${r?.heldBackBy ? 'yes' : 'no'}, group unfinished ${st.consumers.bench?.unfinished}, handled ${handled}\n`);
+          });
+        }, 1000)
+      : undefined;
     const tickMs = 10;
     const started = now();
     const inFlight = new Set<Promise<void>>();
@@ -241,7 +260,7 @@ async function endToEndLag(setup: BrokerSetup, serverUrl: string, name: string, 
       const due = Math.min(total, Math.floor(((now() - started) / 1000) * rate));
       for (; sent < due; sent++) {
         const n = sent;
-        const p = mailroom.publish(noted, { n, pad: PAD }, { key: `k${n % 100}` }).then(({ id }) => {
+        const p = mailroom.publish(noted, { n, pad: PAD }, { key: `order-${n % 10_000}` }).then(({ id }) => {
           committedAt.set(id, now());
         });
         inFlight.add(p);
@@ -251,6 +270,7 @@ async function endToEndLag(setup: BrokerSetup, serverUrl: string, name: string, 
     }
     await Promise.all(inFlight);
     await Promise.race([all, sleep(60_000)]);
+    clearInterval(monitor);
     await consumer.stop();
     await relay.stop();
     await setup.cleanup(name).catch(() => {});
@@ -271,26 +291,34 @@ async function main(): Promise<void> {
     const relayName = `${run}_${kind}_relay`;
     const relay = await relayThroughput(setup, config.serverUrl, relayName, config.messages).finally(() => setup.cleanup(relayName).catch(() => {}));
     process.stderr.write(`  relay   ${Math.round(relay)} events/s (${((relay / c.perSecond) * 100).toFixed(0)} % of the ceiling)\n`);
-    const rate = Math.round(c.perSecond / 2);
-    const lags = await endToEndLag(setup, config.serverUrl, `${run}_${kind}_lag`, rate, config.lagSeconds);
+    const lag: LagResult[] = [];
+    for (const r of config.lagRates) {
+      const rate = r === 'half' ? Math.round(relay / 2) : r;
+      const lags = await endToEndLag(setup, config.serverUrl, `${run}_${kind}_lag${lag.length}`, rate, config.lagSeconds);
+      const entry: LagResult = {
+        ratePerSecond: rate,
+        events: lags.length,
+        p50Ms: Math.round(percentile(lags, 50) * 10) / 10,
+        p99Ms: Math.round(percentile(lags, 99) * 10) / 10,
+        maxMs: Math.round(Math.max(...lags) * 10) / 10,
+      };
+      process.stderr.write(`  lag at ${rate}/s: p50 ${entry.p50Ms} ms, p99 ${entry.p99Ms} ms, max ${entry.maxMs} ms (${lags.length} events)\n`);
+      lag.push(entry);
+    }
     const result: BrokerResult = {
       kind,
       ceilingPerSecond: Math.round(c.perSecond),
       relayPerSecond: Math.round(relay),
       relayOfCeiling: Math.round((relay / c.perSecond) * 1000) / 1000,
-      lagRatePerSecond: rate,
-      lagEvents: lags.length,
-      lagP50Ms: Math.round(percentile(lags, 50) * 10) / 10,
-      lagP99Ms: Math.round(percentile(lags, 99) * 10) / 10,
-      lagMaxMs: Math.round(Math.max(...lags) * 10) / 10,
+      lag,
     };
-    process.stderr.write(`  lag at ${rate}/s: p50 ${result.lagP50Ms} ms, p99 ${result.lagP99Ms} ms, max ${result.lagMaxMs} ms (${lags.length} events)\n`);
     results.push(result);
   }
-  console.log('\n| broker | ceiling (msg/s) | relay (events/s) | relay / ceiling | lag rate (/s) | lag p50 (ms) | lag p99 (ms) |');
-  console.log('|---|---:|---:|---:|---:|---:|---:|');
+  console.log('\n| broker | ceiling (msg/s) | relay (events/s) | relay / ceiling | lag: rate (/s), p50 / p99 (ms) |');
+  console.log('|---|---:|---:|---:|---|');
   for (const r of results) {
-    console.log(`| ${r.kind} | ${r.ceilingPerSecond} | ${r.relayPerSecond} | ${(r.relayOfCeiling * 100).toFixed(0)} % | ${r.lagRatePerSecond} | ${r.lagP50Ms} | ${r.lagP99Ms} |`);
+    const lag = r.lag.map((l) => `${l.ratePerSecond}/s: ${l.p50Ms} / ${l.p99Ms}`).join('; ');
+    console.log(`| ${r.kind} | ${r.ceilingPerSecond} | ${r.relayPerSecond} | ${(r.relayOfCeiling * 100).toFixed(0)} % | ${lag} |`);
   }
   if (config.json !== null) await writeFile(config.json, `${JSON.stringify({ messages: config.messages, lagSeconds: config.lagSeconds, results }, null, 2)}\n`);
 }

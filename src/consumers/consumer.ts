@@ -3,6 +3,7 @@ import type { Duration } from '../duration.ts';
 import { MailroomError, RetryableError, ValidationError } from '../errors.ts';
 import { fromEnvelope, toEnvelope, type OutboxRow } from '../events/envelope.ts';
 import { registerQueuePolicy } from '../worker/queue-policies.ts';
+import { runInHandlerTx } from '../worker/handler-tx.ts';
 import { retryHorizonMs } from '../retention.ts';
 import { isSnooze } from '../snooze.ts';
 import type { Driver, Transaction } from '../storage/driver.ts';
@@ -245,7 +246,7 @@ export class Consumer extends EventEmitter<ConsumerEvents> {
       const inboxKey = inboxKeyOf(event);
       const seen = await driver.run(queries.inboxSeen, [group, inboxKey]);
       if (seen.rows.length > 0) {
-        await ctx.tx.query(queries.countDuplicate.text, [group]);
+        await runInHandlerTx(ctx.tx, queries.countDuplicate, [group]);
         this.emit('duplicate', { id: event.id, type: event.type, group });
         return undefined;
       }
@@ -265,7 +266,7 @@ export class Consumer extends EventEmitter<ConsumerEvents> {
       };
       const result = await handler(event, consumerCtx);
       if (isSnooze(result)) return result; // not handled yet: no inbox key
-      const recorded = await ctx.tx.query(queries.inboxRecord.text, [group, inboxKey]);
+      const recorded = await runInHandlerTx(ctx.tx, queries.inboxRecord, [group, inboxKey]);
       if (recorded.rows.length === 0) {
         throw new RetryableError(`event ${event.id} (${event.type}) was handled by another delivery meanwhile; this delivery's work is rolled back`, { after: 0 });
       }

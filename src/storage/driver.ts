@@ -16,6 +16,8 @@ export interface Queryable {
 
 /** A transaction mailroom opened: statements, plus multi-statement scripts (migrations). */
 export interface Transaction extends Queryable {
+  /** Runs a named statement (prepared once per connection on node-postgres). */
+  run<R = Record<string, unknown>>(query: NamedQuery, params: readonly unknown[]): Promise<QueryResult<R>>;
   exec(script: string): Promise<void>;
 }
 

@@ -53,6 +53,10 @@ export class PgDriver implements Driver {
           const result = await client.query(sql, params as unknown[]);
           return { rows: result.rows as R[], rowCount: result.rowCount ?? 0 };
         },
+        async run<R>(query: NamedQuery, params: readonly unknown[]): Promise<QueryResult<R>> {
+          const result = await client.query({ name: query.name, text: query.text, values: params as unknown[] });
+          return { rows: result.rows as R[], rowCount: result.rowCount ?? 0 };
+        },
         async exec(script: string): Promise<void> {
           await client.query(script);
         },

@@ -29,6 +29,10 @@ export class PgliteDriver implements Driver {
           const result = await raw.query<R>(sql, params as unknown[]);
           return { rows: result.rows, rowCount: result.affectedRows ?? result.rows.length };
         },
+        async run<R>(query: NamedQuery, params: readonly unknown[]): Promise<QueryResult<R>> {
+          const result = await raw.query<R>(query.text, params as unknown[]);
+          return { rows: result.rows, rowCount: result.affectedRows ?? result.rows.length };
+        },
         async exec(script: string): Promise<void> {
           await raw.exec(script);
         },

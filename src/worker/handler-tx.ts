@@ -1,8 +1,24 @@
 import { MailroomError } from '../errors.ts';
 import type { JobQueries } from '../jobs/queries.ts';
-import type { Driver, Queryable, QueryResult, Transaction } from '../storage/driver.ts';
+import type { Driver, NamedQuery, Queryable, QueryResult, Transaction } from '../storage/driver.ts';
 
 type Finish = (tx: Transaction) => Promise<boolean>;
+
+/** Schema-independent, so one prepared statement per connection serves every schema. */
+const IDLE_TIMEOUT: NamedQuery = { name: 'mailroom_handler_tx_idle_timeout', text: `SELECT set_config('idle_in_transaction_session_timeout', $1, true)` };
+
+/** The handler transaction behind each `ctx.tx` handle, for mailroom's own statements in it (the consumer's inbox). */
+const byHandle = new WeakMap<Queryable, HandlerTransaction>();
+
+/**
+ * Runs one of mailroom's named statements in the transaction behind a
+ * handler's `ctx.tx` (prepared once per connection, unlike the handler's own
+ * text queries). Falls back to a text query for any other handle.
+ */
+export function runInHandlerTx<R>(handle: Queryable, query: NamedQuery, params: readonly unknown[]): Promise<QueryResult<R>> {
+  const tx = byHandle.get(handle);
+  return tx ? tx.run<R>(query, params) : handle.query<R>(query.text, params);
+}
 
 /**
  * The transaction behind `ctx.tx`: opened on the handler's first query, it
@@ -29,6 +45,14 @@ export class HandlerTransaction {
     this.queryable = {
       query: <R>(sql: string, params?: readonly unknown[]): Promise<QueryResult<R>> => this.query<R>(sql, params),
     };
+    byHandle.set(this.queryable, this);
+  }
+
+  /** Runs a named statement in the transaction (opening it on first use), like a handler's query. */
+  async run<R>(query: NamedQuery, params: readonly unknown[]): Promise<QueryResult<R>> {
+    if (this.closed) throw new MailroomError(`ctx.tx of job ${this.jobLabel} was used after its handler returned`);
+    const tx = await this.open();
+    return tx.run<R>(query, params);
   }
 
   /** True once the handler has run a statement through `ctx.tx`. */
@@ -50,7 +74,7 @@ export class HandlerTransaction {
     this.opening ??= new Promise<Transaction>((resolveTx, rejectTx) => {
       this.outcome = this.driver.transaction(async (tx) => {
         if (this.driver.kind === 'pg') {
-          await tx.query(`SELECT set_config('idle_in_transaction_session_timeout', $1, true)`, [String(this.leaseMs)]);
+          await tx.run(IDLE_TIMEOUT, [String(this.leaseMs)]);
         }
         resolveTx(tx);
         const finish = await new Promise<Finish | null>((resolve) => (this.settle = resolve));
@@ -106,10 +130,10 @@ class RollbackSignal extends Error {
 
 /** The fenced completion, inside the handler's transaction. */
 export function completeInTransaction(queries: JobQueries, id: string, claim: number): Finish {
-  return async (tx) => (await tx.query(queries.complete.text, [[id], [claim]])).rowCount === 1;
+  return async (tx) => (await tx.run(queries.complete, [[id], [claim]])).rowCount === 1;
 }
 
 /** The fenced reschedule (snooze), inside the handler's transaction. */
 export function rescheduleInTransaction(queries: JobQueries, id: string, claim: number, delayMs: number): Finish {
-  return async (tx) => (await tx.query(queries.reschedule.text, [id, claim, delayMs])).rowCount === 1;
+  return async (tx) => (await tx.run(queries.reschedule, [id, claim, delayMs])).rowCount === 1;
 }
