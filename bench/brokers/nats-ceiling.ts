@@ -10,29 +10,13 @@
 import { randomUUID } from 'node:crypto';
 import { jetstream, jetstreamManager, StorageType } from '@nats-io/jetstream';
 import { connect, headers } from '@nats-io/transport-node';
-import { now } from '../stats.ts';
+import { timeBatches, type CeilingOptions, type CeilingResult } from './ceiling-common.ts';
 
-export interface NatsCeilingOptions {
-  url: string;
-  messages: number;
-  /** Body size in bytes. Default 300 (about a small CloudEvents document). */
-  bodyBytes?: number;
-  /** Transport headers on every message (as the relay sends: `partitionkey`, `traceparent`, …). Default none. */
-  headers?: Record<string, string>;
-}
-
-export interface CeilingResult {
-  perSecond: number;
-  messages: number;
-  seconds: number;
-}
-
-const BATCH = 100;
+export type NatsCeilingOptions = CeilingOptions;
 
 export async function ceiling(options: NatsCeilingOptions): Promise<CeilingResult> {
   const { url, messages } = options;
   const bodyBytes = options.bodyBytes ?? 300;
-  if (!Number.isInteger(messages) || messages < 1) throw new Error(`ceiling: messages must be a positive integer, got ${messages}`);
   const name = `mailroom-ceiling-${process.pid}-${randomUUID().slice(0, 8)}`;
   const nc = await connect({ servers: url, noAsyncTraces: true }); // the client at its fastest, as the target runs it
   try {
@@ -42,9 +26,7 @@ export async function ceiling(options: NatsCeilingOptions): Promise<CeilingResul
       const js = jetstream(nc);
       const body = Buffer.alloc(bodyBytes, 'x');
       const subject = `${name}.ceiling.measured`;
-      const started = now();
-      for (let sent = 0; sent < messages; ) {
-        const n = Math.min(BATCH, messages - sent);
+      return await timeBatches(messages, async (n) => {
         const acks = [];
         for (let i = 0; i < n; i++) {
           const h = headers();
@@ -53,10 +35,7 @@ export async function ceiling(options: NatsCeilingOptions): Promise<CeilingResul
           acks.push(js.publish(subject, body, { msgID: randomUUID(), headers: h, expect: { streamName: name } }));
         }
         await Promise.all(acks);
-        sent += n;
-      }
-      const seconds = (now() - started) / 1000;
-      return { perSecond: messages / seconds, messages, seconds };
+      });
     } finally {
       await jsm.streams.delete(name);
     }

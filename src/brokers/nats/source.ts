@@ -79,7 +79,10 @@ class Run {
     let delayMs = BACKOFF_FIRST_MS;
     while (!this.#stopped) {
       try {
-        this.#session ??= await this.#open();
+        if (this.#session === null) {
+          this.#session = await this.#open();
+          await this.#letRedeliveriesFirst(this.#session);
+        }
         await this.#pull(this.#session);
         delayMs = BACKOFF_FIRST_MS;
       } catch (error) {
@@ -92,6 +95,24 @@ class Run {
         delayMs = Math.min(delayMs * 2, BACKOFF_MAX_MS);
       }
     }
+  }
+
+  /**
+   * After a reconnect: messages the server had sent on the lost connection
+   * stay pending until their AckWait runs out, and are then redelivered
+   * before new ones. Fetching at once would store newer messages of a key
+   * ahead of them, so while the consumer has messages pending, wait out the
+   * AckWait first (per-key order over a broker restart). Not at start: after
+   * a graceful stop the messages were given back (nak) and come first anyway.
+   */
+  async #letRedeliveriesFirst(session: Session): Promise<void> {
+    const info = await session.jsm.consumers.info(this.#spec.stream, this.#spec.durable);
+    if (info.num_ack_pending === 0 || this.#stopped) return;
+    const waitMs = Math.ceil((info.config.ack_wait ?? this.#spec.ackWaitMs * 1_000_000) / 1_000_000) + 100;
+    this.#context.report(
+      new Error(`nats: ${this.#label}: ${info.num_ack_pending} message(s) are pending from the lost connection; waiting ${waitMs} ms (the AckWait) so they are redelivered before newer ones`),
+    );
+    await this.#sleep(waitMs);
   }
 
   /** Fetches while the session lives; returns after a completed fetch, throws when the connection is gone. */

@@ -3,9 +3,11 @@
  * a durable pull consumer per pair, on the server at NATS_URL or (restartable
  * pairs) on a private nats-server with its own store directory and port.
  */
+import { readFileSync } from 'node:fs';
+import { freePort } from './free-port.ts';
+export { freePort };
 import { spawn, type ChildProcess } from 'node:child_process';
 import { mkdtemp, rm } from 'node:fs/promises';
-import { createServer } from 'node:net';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { AckPolicy, DeliverPolicy, jetstream, jetstreamManager, StorageType, type JetStreamManager } from '@nats-io/jetstream';
@@ -20,18 +22,6 @@ export const RESTART_DOWN_MS = 1_000;
 /** AckWait of the pairs' consumers: short, so a message of a killed consumer comes back within a test. */
 export const PAIR_ACK_WAIT_MS = 5_000;
 
-/** A port nothing listens on right now. */
-export async function freePort(): Promise<number> {
-  return new Promise((resolve, reject) => {
-    const server = createServer();
-    server.once('error', reject);
-    server.listen(0, '127.0.0.1', () => {
-      const address = server.address();
-      const port = typeof address === 'object' && address ? address.port : 0;
-      server.close(() => resolve(port));
-    });
-  });
-}
 
 /** Resolves once a JetStream request on `url` succeeds (the server is up and has recovered its streams). */
 export async function waitForJetStream(url: string, timeoutMs = 15_000): Promise<void> {
@@ -118,7 +108,15 @@ export class PrivateNatsServer {
 
   /** Sends `signal` without waiting (SIGSTOP stalls the server, SIGCONT resumes it). */
   signal(signal: NodeJS.Signals): void {
-    this.#child?.kill(signal);
+    const child = this.#child;
+    child?.kill(signal);
+    // Under load a signal can take a moment to land: make SIGSTOP mean "stopped" before the test goes on.
+    if (signal === 'SIGSTOP' && child?.pid !== undefined) {
+      const deadline = Date.now() + 2000;
+      while (Date.now() < deadline && !/\) T /.test(readFileSync(`/proc/${child.pid}/stat`, 'utf8'))) {
+        /* a few microseconds usually */
+      }
+    }
   }
 
   /** Stops the server and removes its store. */
