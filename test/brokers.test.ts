@@ -111,7 +111,7 @@ after(async () => {
   for (const c of cleanups.splice(0).reverse()) await c();
 });
 
-async function publishSpread(t: TestMailroom, keys: number, perKey: number, options: { perTx?: number; pauseMs?: number } = {}): Promise<string[]> {
+async function publishSpread(t: TestMailroom, keys: number, perKey: number, options: { perTx?: number } = {}): Promise<string[]> {
   const items: { key: string; n: number }[] = [];
   for (let n = 0; n < perKey; n++) for (let k = 0; k < keys; k++) items.push({ key: `k${k}`, n });
   const perTx = options.perTx ?? items.length;
@@ -123,7 +123,6 @@ async function publishSpread(t: TestMailroom, keys: number, perKey: number, opti
         ids.push(id);
       }
     });
-    if (options.pauseMs) await new Promise((r) => setTimeout(r, options.pauseMs));
   }
   return ids;
 }
@@ -231,10 +230,24 @@ for (const kind of KINDS) {
       const s = await setUp(fixture, { restartable: true });
       await s.startConsumer();
       await s.relay.start();
-      const publishing = publishSpread(s.t, 4, 40, { perTx: 4, pauseMs: 25 });
-      await new Promise((r) => setTimeout(r, 300));
-      await s.pair.restart();
-      const ids = await publishing;
+      // Publish one event per key every 25 ms from before the restart until well after it, so the relay
+      // has events to deliver while the broker is down.
+      let restarted = false;
+      const restarting = (async () => {
+        await new Promise((r) => setTimeout(r, 300));
+        await s.pair.restart();
+        restarted = true;
+      })();
+      const ids: string[] = [];
+      let after = 0;
+      for (let n = 0; !restarted || after < 10; n++) {
+        if (restarted) after++;
+        await s.t.mailroom.transaction(async (tx) => {
+          for (let k = 0; k < 4; k++) ids.push((await s.t.mailroom.publish(noted, { key: `k${k}`, n }, { tx, key: `k${k}` })).id);
+        });
+        await new Promise((r) => setTimeout(r, 25));
+      }
+      await restarting;
       const seen = await s.waitForEffects(ids.length, 60_000);
       await new Promise((r) => setTimeout(r, 500));
       assert.deepEqual([...(await s.effects()).values()].filter((n) => n !== 1), [], 'no event took effect twice');
