@@ -158,4 +158,72 @@ describe('mailroom command line', () => {
       await pool.end();
     }
   });
+
+  describe('doctor: the adapters\' safety checks against the real brokers', () => {
+    const redisUrl = process.env.REDIS_URL;
+    const natsUrl = process.env.NATS_URL;
+    const rabbitUrl = process.env.RABBITMQ_URL;
+    interface DoctorReport {
+      ok: boolean;
+      checked: string[];
+      warnings: { code: string; subject: string; message: string }[];
+      failures: { subject: string; message: string }[];
+    }
+
+    test('usage: no broker, or a broker without what to check, exits 2 and says what is missing', async () => {
+      const none = await mailroom(['doctor']);
+      assert.equal(none.code, 2);
+      assert.match(none.stderr, /name at least one broker to check/);
+      const noStream = await mailroom(['doctor', '--nats', 'nats://127.0.0.1:4222']);
+      assert.equal(noStream.code, 2);
+      assert.match(noStream.stderr, /--stream is required with --nats/);
+    });
+
+    test('Redis that keeps nothing on disk: exit 1 with redis-no-persistence', { skip: redisUrl ? false : 'REDIS_URL is not set' }, async () => {
+      // The machine's Redis runs with --save "" --appendonly no (what .ci/run starts).
+      const run = await mailroom(['doctor', '--redis', redisUrl!, '--redis-stream', 'doctor-test', '--json']);
+      assert.equal(run.code, 1, run.stderr);
+      const report = parseJson<DoctorReport>(run, 'doctor --json');
+      assert.deepEqual(report.warnings.map((w) => w.code), ['redis-no-persistence']);
+      assert.match(report.warnings[0]!.message, /appendonly/);
+    });
+
+    test('NATS: a missing stream and a short duplicate window are reported; a sound stream passes with exit 0', { skip: natsUrl ? false : 'NATS_URL is not set' }, async () => {
+      const { connect } = await import('@nats-io/transport-node');
+      const { jetstreamManager } = await import('@nats-io/jetstream');
+      const nc = await connect({ servers: natsUrl! });
+      const jsm = await jetstreamManager(nc);
+      const short = `doctor-short-${process.pid}`;
+      const sound = `doctor-sound-${process.pid}`;
+      try {
+        await jsm.streams.add({ name: short, subjects: [`${short}.>`], duplicate_window: 1_000_000_000 });
+        await jsm.streams.add({ name: sound, subjects: [`${sound}.>`], duplicate_window: 120_000_000_000 });
+        const missing = await mailroom(['doctor', '--nats', natsUrl!, '--stream', `doctor-missing-${process.pid}`, '--json']);
+        assert.equal(missing.code, 1);
+        assert.deepEqual(parseJson<DoctorReport>(missing, 'doctor --json').warnings.map((w) => w.code), ['nats-stream-missing']);
+        const window = await mailroom(['doctor', '--nats', natsUrl!, '--stream', short, '--json']);
+        assert.equal(window.code, 1);
+        assert.deepEqual(parseJson<DoctorReport>(window, 'doctor --json').warnings.map((w) => w.code), ['nats-duplicate-window']);
+        const ok = await mailroom(['doctor', '--nats', natsUrl!, '--stream', sound]);
+        assert.equal(ok.code, 0, ok.stdout + ok.stderr);
+        assert.match(ok.stdout, /No problems found \(nats stream doctor-sound-/);
+      } finally {
+        await jsm.streams.delete(short).catch(() => false);
+        await jsm.streams.delete(sound).catch(() => false);
+        await nc.close();
+      }
+    });
+
+    test('RabbitMQ: an existing exchange passes; a missing one is rabbitmq-exchange-missing (nothing is declared)', { skip: rabbitUrl ? false : 'RABBITMQ_URL is not set' }, async () => {
+      const ok = await mailroom(['doctor', '--rabbitmq', rabbitUrl!, '--exchange', 'amq.topic', '--json']);
+      assert.equal(ok.code, 0, ok.stdout + ok.stderr);
+      assert.deepEqual(parseJson<DoctorReport>(ok, 'doctor --json').warnings, []);
+      const name = `doctor-missing-${process.pid}`;
+      const missing = await mailroom(['doctor', '--rabbitmq', rabbitUrl!, '--exchange', name, '--json']);
+      assert.equal(missing.code, 1);
+      assert.deepEqual(parseJson<DoctorReport>(missing, 'doctor --json').warnings.map((w) => w.code), ['rabbitmq-exchange-missing']);
+      const again = await mailroom(['doctor', '--rabbitmq', rabbitUrl!, '--exchange', name, '--json']);
+      assert.deepEqual(parseJson<DoctorReport>(again, 'doctor --json').warnings.map((w) => w.code), ['rabbitmq-exchange-missing'], 'doctor declared nothing');
+    });
+  });
 });

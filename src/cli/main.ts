@@ -6,13 +6,14 @@
 import { readFileSync } from 'node:fs';
 import { closest, EXIT_FAILURE, EXIT_USAGE, parseCommandArgs, UsageError, type CommandSpec, type Io } from './args.ts';
 import { demoCommand } from './demo.ts';
+import { doctorCommand } from './doctor.ts';
 import { commandHelp, overviewHelp } from './help.ts';
 import { migrateCommand } from './migrate.ts';
 
-const COMMANDS: readonly CommandSpec[] = [migrateCommand, demoCommand];
+const COMMANDS: readonly CommandSpec[] = [migrateCommand, demoCommand, doctorCommand];
 
 /** Commands DESIGN.md promises that this version does not have yet. */
-const PLANNED = ['start', 'status', 'jobs', 'dlq', 'dashboard', 'doctor', 'bench'];
+const PLANNED = ['start', 'status', 'jobs', 'dlq', 'dashboard', 'bench'];
 
 function version(): string {
   try {
