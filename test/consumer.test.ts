@@ -6,7 +6,7 @@
  */
 import { describe, it } from 'node:test';
 import assert from 'node:assert/strict';
-import { defaultClassifier, defineEvent, handleEvent, RetryableError, ValidationError, type ConsumedEvent, type ConsumerContext } from '../src/index.ts';
+import { defaultClassifier, defineEvent, handleEvent, RetryableError, snooze, ValidationError, type ConsumedEvent, type ConsumerContext } from '../src/index.ts';
 import { testDatabases, type TestMailroom } from './helpers/databases.ts';
 import { waitForEvents } from './helpers/events.ts';
 import { flushUntil } from './helpers/relay.ts';
@@ -232,6 +232,88 @@ for (const db of testDatabases()) {
       assert.deepEqual(stats.consumers.slow, { source: null, lag: 3, unrelayed: 0, unfinished: 3, dead: 0, duplicatesRejected: 0 });
       assert.deepEqual(stats.relay.internal && { unpublished: stats.relay.internal.unpublished, heldBackBy: stats.relay.internal.heldBackBy }, { unpublished: 0, heldBackBy: null });
       assert.equal(stats.queues['consumer.slow']?.available, 3);
+    });
+
+    it('a handler can call ctx.step before and after its ctx.tx work (on the embedded database too, where ctx.tx holds the only connection)', async () => {
+      const t = await db.open();
+      await withAccounts(t);
+      const consumer = t.mailroom.consumer({
+        group: 'stepper',
+        pollInterval: 20,
+        handlers: {
+          [credited.type]: handleEvent(credited, async (event, ctx: ConsumerContext) => {
+            const receipt = await ctx.step('charge', async () => `charged ${event.data.cents}`);
+            assert.equal(receipt, `charged ${event.data.cents}`);
+            await ctx.tx.query(`UPDATE "${t.schema}".accounts SET balance = balance + $2 WHERE id = $1`, [event.data.account, event.data.cents]);
+          }),
+        },
+      });
+      await consumer.start();
+      const done = waitForEvents(consumer.worker, 'completed', 1, 10_000);
+      await t.mailroom.publish(credited, { account: 'a', cents: 3 });
+      await flushUntil(t.mailroom.relay(), 1);
+      await done;
+      assert.deepEqual(await balances(t), { a: 3, b: 0 });
+      await consumer.stop();
+    });
+
+    it('a snoozed event is not marked handled: it runs again and takes effect once', async () => {
+      const t = await db.open();
+      await withAccounts(t);
+      let runs = 0;
+      const consumer = t.mailroom.consumer({
+        group: 'snoozer',
+        pollInterval: 20,
+        handlers: {
+          [credited.type]: handleEvent(credited, async (event, ctx: ConsumerContext) => {
+            runs++;
+            if (runs === 1) return snooze(30);
+            await ctx.tx.query(`UPDATE "${t.schema}".accounts SET balance = balance + $2 WHERE id = $1`, [event.data.account, event.data.cents]);
+          }),
+        },
+      });
+      await consumer.start();
+      const done = waitForEvents(consumer.worker, 'completed', 1);
+      await t.mailroom.publish(credited, { account: 'a', cents: 5 });
+      await flushUntil(t.mailroom.relay(), 1);
+      await done;
+      assert.equal(runs, 2);
+      assert.deepEqual(await balances(t), { a: 5, b: 0 });
+      assert.equal((await t.mailroom.stats()).consumers.snoozer?.duplicatesRejected, 0);
+      await consumer.stop();
+    });
+
+    it('two deliveries of one event at once: the second waits on the first\'s inbox key, then finds it; one effect', async () => {
+      const t = await db.open();
+      await withAccounts(t);
+      let started = 0;
+      const consumer = t.mailroom.consumer({
+        group: 'racer',
+        concurrency: 2,
+        pollInterval: 20,
+        handlers: {
+          [credited.type]: handleEvent(credited, async (event, ctx: ConsumerContext) => {
+            started++;
+            await ctx.tx.query(`UPDATE "${t.schema}".accounts SET balance = balance + $2 WHERE id = $1`, [event.data.account, event.data.cents]);
+            await new Promise((r) => setTimeout(r, 200)); // holds its uncommitted inbox key meanwhile
+          }),
+        },
+      });
+      await consumer.start();
+      const done = waitForEvents(consumer.worker, 'completed', 2);
+      const duplicate = new Promise((resolve) => consumer.once('duplicate', resolve));
+      await t.mailroom.publish(credited, { account: 'b', cents: 7 });
+      await flushUntil(t.mailroom.relay(), 1);
+      // A second job carrying the same event (a delivery from elsewhere), next to the fanned-out one.
+      await t.sql(
+        `INSERT INTO "${t.schema}".jobs (id, queue, type, state, max_attempts, payload)
+         SELECT gen_random_uuid(), queue, type, 'available', max_attempts, payload FROM "${t.schema}".jobs WHERE queue = 'consumer.racer'`,
+      );
+      await done;
+      await duplicate;
+      assert.equal(started, 1, 'the handler ran once');
+      assert.deepEqual(await balances(t), { a: 0, b: 7 });
+      await consumer.stop();
     });
   });
 }

@@ -9,6 +9,7 @@ export interface ConsumerQueries {
   deliveredOfTypes: NamedQuery;
   inboxSeen: NamedQuery;
   inboxRecord: NamedQuery;
+  inboxForget: NamedQuery;
   countDuplicate: NamedQuery;
   pruneInbox: NamedQuery;
   groupStats: NamedQuery;
@@ -55,6 +56,8 @@ export function consumerQueries(quotedSchema: string): ConsumerQueries {
     inboxSeen: q('inbox_seen', `SELECT 1 AS seen FROM ${s}.inbox WHERE consumer_group = $1 AND event_id = $2`),
     // $1 group, $2 event id. In the handler's transaction; waits for a concurrent holder of the key.
     inboxRecord: q('inbox_record', `INSERT INTO ${s}.inbox (consumer_group, event_id) VALUES ($1, $2) ON CONFLICT DO NOTHING RETURNING 1 AS recorded`),
+    // $1 group, $2 event id. A snoozed handler's key, taken back in its transaction.
+    inboxForget: q('inbox_forget', `DELETE FROM ${s}.inbox WHERE consumer_group = $1 AND event_id = $2`),
     // $1 group
     countDuplicate: q('consumer_count_duplicate', `UPDATE ${s}.consumer_groups SET duplicates_rejected = duplicates_rejected + 1 WHERE name = $1`),
     // $1 group, $2 retention ms, $3 batch

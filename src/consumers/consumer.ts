@@ -232,23 +232,36 @@ export class Consumer extends EventEmitter<ConsumerEvents> {
   }
 
   /**
-   * The job handler around the user's: a redelivered event (its inbox key is
-   * there) is acknowledged and counted without running the handler; otherwise
-   * the handler runs and the inbox key is written in `ctx.tx`, committing with
-   * its work and the job's completion. Two deliveries racing each other: the
-   * second waits on the first's key, finds it, and rolls its own work back.
+   * The job handler around the user's: the inbox key is written in `ctx.tx`,
+   * committing with the handler's work and the job's completion; a
+   * redelivered event finds its key and is acknowledged and counted without
+   * running the handler. On PostgreSQL the key is written first (one round
+   * trip less; a racing delivery waits on the uncommitted key, then finds it);
+   * on the embedded database it is looked up first and written after the
+   * handler (a racing delivery then rolls its work back and retries).
    */
   private wrap(handler: EventHandler): JobHandler {
     const { driver, queries } = this.deps;
+    // On the embedded database an open ctx.tx holds the only connection, and ctx.step needs one of
+    // its own: there the key is looked up before the handler and written after it.
+    const inboxFirst = driver.kind === 'pg';
     const group = this.group;
     return async (job: Job, ctx: JobContext) => {
       const event = fromEnvelope(job.data);
       const inboxKey = inboxKeyOf(event);
-      const seen = await driver.run(queries.inboxSeen, [group, inboxKey]);
-      if (seen.rows.length > 0) {
+      const duplicate = async () => {
         await runInHandlerTx(ctx.tx, queries.countDuplicate, [group]);
         this.emit('duplicate', { id: event.id, type: event.type, group });
         return undefined;
+      };
+      if (inboxFirst) {
+        // The key first, in ctx.tx: a redelivery finds it, or waits for a delivery in flight to commit
+        // or roll back, before any handler runs; it commits with the handler's work.
+        const recorded = await runInHandlerTx(ctx.tx, queries.inboxRecord, [group, inboxKey]);
+        if (recorded.rows.length === 0) return duplicate();
+      } else {
+        const seen = await driver.run(queries.inboxSeen, [group, inboxKey]);
+        if (seen.rows.length > 0) return duplicate();
       }
       const consumerCtx: ConsumerContext = {
         get signal() {
@@ -265,10 +278,16 @@ export class Consumer extends EventEmitter<ConsumerEvents> {
         job: { id: job.id, attempt: job.attempt, maxAttempts: job.maxAttempts },
       };
       const result = await handler(event, consumerCtx);
-      if (isSnooze(result)) return result; // not handled yet: no inbox key
-      const recorded = await runInHandlerTx(ctx.tx, queries.inboxRecord, [group, inboxKey]);
-      if (recorded.rows.length === 0) {
-        throw new RetryableError(`event ${event.id} (${event.type}) was handled by another delivery meanwhile; this delivery's work is rolled back`, { after: 0 });
+      if (isSnooze(result)) {
+        // Not handled yet: no inbox key (the reschedule commits with ctx.tx).
+        if (inboxFirst) await runInHandlerTx(ctx.tx, queries.inboxForget, [group, inboxKey]);
+        return result;
+      }
+      if (!inboxFirst) {
+        const recorded = await runInHandlerTx(ctx.tx, queries.inboxRecord, [group, inboxKey]);
+        if (recorded.rows.length === 0) {
+          throw new RetryableError(`event ${event.id} (${event.type}) was handled by another delivery meanwhile; this delivery's work is rolled back`, { after: 0 });
+        }
       }
       return result;
     };
