@@ -9,19 +9,23 @@
  * types are dead-lettered, not redelivered forever.
  * A broker's tests are skipped only when its URL is unset; CI sets them all.
  */
-import { after, before, describe, it } from 'node:test';
+import { before, describe, it, type TestContext } from 'node:test';
 import assert from 'node:assert/strict';
 import { spawn } from 'node:child_process';
 import { fileURLToPath } from 'node:url';
 import { defineEvent, toEnvelope, type Consumer, type ConsumedEvent, type ConsumerContext, type IngestedInfo, type Relay } from '../src/index.ts';
 import { databaseUrl, testDatabases, type TestMailroom } from './helpers/databases.ts';
 import type { BrokerFixture, BrokerPair } from './helpers/brokers/fixture.ts';
+import { fixture as natsFixture } from './helpers/brokers/nats.ts';
+import { fixture as rabbitmqFixture } from './helpers/brokers/rabbitmq.ts';
+import { fixture as redisFixture } from './helpers/brokers/redis.ts';
 import type { BrokerConsumerConfig } from './fixtures/broker-consumer.ts';
 
 const ROOT = fileURLToPath(new URL('..', import.meta.url));
 const CHILD = fileURLToPath(new URL('./fixtures/broker-consumer.ts', import.meta.url));
 const noted = defineEvent<{ key: string; n: number }>('suite.item-noted', { version: 1 });
-const KINDS = ['rabbitmq', 'nats', 'redis'] as const;
+// Imported statically: describe blocks registered after a top-level await can leave the file hanging at its end.
+const FIXTURES: readonly BrokerFixture[] = [rabbitmqFixture, natsFixture, redisFixture];
 const postgres = testDatabases().find((d) => d.name === 'postgres');
 
 interface Handled {
@@ -42,7 +46,8 @@ interface Setup {
 
 let counter = 0;
 
-async function setUp(fixture: BrokerFixture, options: { restartable?: boolean } = {}): Promise<Setup> {
+/** A test's setup; torn down right after the test (not at the end of the file: a root `after` waits for an empty event loop). */
+async function setUp(tc: TestContext, fixture: BrokerFixture, options: { restartable?: boolean } = {}): Promise<Setup> {
   const t = await postgres!.open();
   await t.sql(`CREATE TABLE "${t.schema}".effects (seq bigserial PRIMARY KEY, event_id text NOT NULL)`);
   const pair = await fixture.pair(`s${process.pid}-${Date.now().toString(36)}-${counter++}`, options);
@@ -98,7 +103,7 @@ async function setUp(fixture: BrokerFixture, options: { restartable?: boolean } 
       }
     },
   };
-  cleanups.push(async () => {
+  tc.after(async () => {
     for (const c of consumers) await c.stop({ timeout: 2000 }).catch(() => {});
     await relay.stop().catch(() => {});
     await pair.cleanup().catch(() => {});
@@ -106,10 +111,6 @@ async function setUp(fixture: BrokerFixture, options: { restartable?: boolean } 
   return setup;
 }
 
-const cleanups: (() => Promise<void>)[] = [];
-after(async () => {
-  for (const c of cleanups.splice(0).reverse()) await c();
-});
 
 async function publishSpread(t: TestMailroom, keys: number, perKey: number, options: { perTx?: number } = {}): Promise<string[]> {
   const items: { key: string; n: number }[] = [];
@@ -136,15 +137,15 @@ function assertPerKeyOrder(handled: readonly Handled[]): void {
   }
 }
 
-for (const kind of KINDS) {
-  const { fixture } = (await import(`./helpers/brokers/${kind}.ts`)) as { fixture: BrokerFixture };
+for (const fixture of FIXTURES) {
+  const kind = fixture.kind;
   const skip = !databaseUrl ? 'set TEST_DATABASE_URL' : fixture.url === null ? `set ${kind.toUpperCase()}_URL` : false;
 
   describe(`broker adapter suite: ${kind}`, { skip }, () => {
     before(() => assert.ok(postgres));
 
-    it('publishes through the relay and consumes through a group with every attribute intact; acks leave nothing pending; per-key order holds', async () => {
-      const s = await setUp(fixture);
+    it('publishes through the relay and consumes through a group with every attribute intact; acks leave nothing pending; per-key order holds', async (tc) => {
+      const s = await setUp(tc, fixture);
       const consumer = await s.startConsumer();
       const ids = await publishSpread(s.t, 5, 12);
       await s.relay.start();
@@ -166,8 +167,8 @@ for (const kind of KINDS) {
       assert.equal(stats.consumers.suite?.unfinished, 0);
     });
 
-    it('a duplicate publish takes effect once: a redelivery finds its job, a late one the inbox', async () => {
-      const s = await setUp(fixture);
+    it('a duplicate publish takes effect once: a redelivery finds its job, a late one the inbox', async (tc) => {
+      const s = await setUp(tc, fixture);
       const consumer = await s.startConsumer();
       const raw = await s.pair.raw();
       const envelope = toEnvelope({
@@ -198,8 +199,8 @@ for (const kind of KINDS) {
       assert.equal(rejected, 1);
     });
 
-    it('a consumer SIGKILLed after storing a batch and before acking it causes no second effect', async () => {
-      const s = await setUp(fixture);
+    it('a consumer SIGKILLed after storing a batch and before acking it causes no second effect', async (tc) => {
+      const s = await setUp(tc, fixture);
       // The group's source exists before the events are published (sources start at 'now').
       const warm = await s.startConsumer();
       await warm.stop();
@@ -226,8 +227,8 @@ for (const kind of KINDS) {
       assert.ok(s.ingested.reduce((n, i) => n + i.duplicates, 0) >= 1, 'the broker redelivered what the dead consumer had stored and not acked');
     });
 
-    it('the broker restarted mid-stream: the relay and the consumer recover, nothing is lost, nothing takes effect twice, per-key order holds', async () => {
-      const s = await setUp(fixture, { restartable: true });
+    it('the broker restarted mid-stream: the relay and the consumer recover, nothing is lost, nothing takes effect twice, per-key order holds', async (tc) => {
+      const s = await setUp(tc, fixture, { restartable: true });
       await s.startConsumer();
       await s.relay.start();
       // Publish one event per key every 25 ms from before the restart until well after it, so the relay
@@ -256,8 +257,8 @@ for (const kind of KINDS) {
       assertPerKeyOrder(s.handled.filter((h, i, all) => all.findIndex((o) => o.event.id === h.event.id) === i));
     });
 
-    it('a message that is not a CloudEvent and an event of a type no handler knows are dead-lettered, acked, and not redelivered', async () => {
-      const s = await setUp(fixture);
+    it('a message that is not a CloudEvent and an event of a type no handler knows are dead-lettered, acked, and not redelivered', async (tc) => {
+      const s = await setUp(tc, fixture);
       const consumer = await s.startConsumer();
       const raw = await s.pair.raw();
       await raw.publish('{ definitely not json', { messageId: 'bad-1' });

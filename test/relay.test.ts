@@ -220,6 +220,11 @@ for (const db of testDatabases()) {
           await c2.query('BEGIN');
           await t.mailroom.publish(happened, { n: 2 }, { tx: c2, key: 'b' });
           await c2.query('COMMIT'); // committed, but after T1's xid: behind the fence
+          // Other test files share the server: wait until T1 is the oldest open transaction, so that the
+          // relay's one report (then at most every 10 s) names it.
+          const oldest = async () =>
+            (await pool.query<{ pid: number }>(`SELECT pid FROM pg_stat_activity WHERE backend_xid IS NOT NULL ORDER BY age(backend_xid) DESC LIMIT 1`)).rows[0]?.pid;
+          await eventually(async () => (await oldest()) === pid, 10_000, 'T1 the oldest open transaction');
           const held = await relay.flush();
           assert.deepEqual(held.capture, { delivered: 0, heldBack: true, leased: true });
           // Other test files share the server: wait until T1 is the oldest open transaction.

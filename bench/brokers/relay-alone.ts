@@ -5,26 +5,24 @@
  *
  *   N=20000 TARGET=null|redis|nats|rabbitmq npx tsx bench/brokers/relay-alone.ts
  */
-import { createMailroom, defineEvent, type RelayTarget } from '../../dist/index.js';
-import { redisStreams } from '../../dist/brokers/redis/index.js';
-import { nats } from '../../dist/brokers/nats/index.js';
-import { rabbitmq } from '../../dist/brokers/rabbitmq/index.js';
+import { createMailroom, type RelayTarget } from '../../dist/index.js';
 import { createDatabase, dropDatabase } from '../db.ts';
 import { now } from '../stats.ts';
+import { noted, PAD, setups, type Kind } from './setups.ts';
 
 const N = Number(process.env.N ?? 20000);
 const BATCH = Number(process.env.BATCH ?? 1000);
 const kind = process.env.TARGET ?? 'null';
 const serverUrl = process.env.BENCH_DATABASE_URL ?? 'postgres://postgres@127.0.0.1:5432/postgres';
 const name = `mrbench_relay_${Date.now().toString(36)}`;
-const noted = defineEvent<{ n: number; pad: string }>('bench.item-noted', { version: 1 });
-
-const targets: Record<string, () => RelayTarget> = {
-  null: () => ({ name: 'null', publish: async () => {} }),
-  redis: () => redisStreams({ url: process.env.REDIS_URL ?? 'redis://127.0.0.1:6379', stream: name }),
-  nats: () => nats({ url: process.env.NATS_URL ?? 'nats://127.0.0.1:4222', stream: name }),
-  rabbitmq: () => rabbitmq({ url: process.env.RABBITMQ_URL ?? 'amqp://guest:guest@127.0.0.1:5672', exchange: name, unroutable: 'warn' }),
-};
+const brokers = setups({
+  rabbitmq: process.env.RABBITMQ_URL ?? 'amqp://guest:guest@127.0.0.1:5672',
+  nats: process.env.NATS_URL ?? 'nats://127.0.0.1:4222',
+  redis: process.env.REDIS_URL ?? 'redis://127.0.0.1:6379',
+});
+const broker = kind === 'null' ? null : brokers[kind as Kind];
+if (kind !== 'null' && !broker) throw new Error(`TARGET must be null, rabbitmq, nats or redis, got ${kind}`);
+const target: RelayTarget = broker ? broker.target(name) : { name: 'null', publish: async () => {} };
 
 const url = await createDatabase(serverUrl, name);
 if (process.env.LOG_STATEMENTS) {
@@ -38,9 +36,10 @@ const mailroom = await createMailroom({ database: url, poolSize: 4 });
 try {
   await mailroom.migrate();
   for (let i = 0; i < N; i += 1000) {
-    await mailroom.publishMany(noted, Array.from({ length: Math.min(1000, N - i) }, (_, j) => ({ n: i + j, pad: 'x'.repeat(120) })), { key: (d) => `k${d.n % 100}` });
+    await mailroom.publishMany(noted, Array.from({ length: Math.min(1000, N - i) }, (_, j) => ({ n: i + j, pad: PAD })), { key: (d) => `k${d.n % 100}` });
   }
-  const relay = mailroom.relay({ to: [targets[kind]!()], internal: false, batchSize: BATCH, pollInterval: 50 });
+  await broker?.prepare(name);
+  const relay = mailroom.relay({ to: [target], internal: false, batchSize: BATCH, pollInterval: 50 });
   relay.on('warning', () => {});
   let delivered = 0;
   const done = new Promise<void>((resolve) => relay.on('delivered', (i) => (delivered += i.count) >= N && resolve()));
@@ -53,4 +52,5 @@ try {
 } finally {
   await mailroom.close();
   await dropDatabase(serverUrl, name);
+  await broker?.cleanup(name).catch(() => undefined);
 }

@@ -1,0 +1,97 @@
+/**
+ * What the broker benchmarks need per broker: a target, a source, a
+ * destination made ready and removed, and the broker's own ceiling with the
+ * relay's messages. Used by main.ts and relay-alone.ts.
+ */
+import { connect as amqpConnect } from 'amqplib';
+import { defineEvent, toEnvelope, toWireMessage, type ConsumerSource, type RelayTarget } from '../../dist/index.js';
+import { rabbitmq, rabbitmqSource } from '../../dist/brokers/rabbitmq/index.js';
+import { nats, natsSource } from '../../dist/brokers/nats/index.js';
+import { redisSource, redisStreams } from '../../dist/brokers/redis/index.js';
+import { ceiling as rabbitmqCeiling } from './rabbitmq-ceiling.ts';
+import { ceiling as natsCeiling } from './nats-ceiling.ts';
+import { ceiling as redisCeiling } from './redis-ceiling.ts';
+
+export type Kind = 'rabbitmq' | 'nats' | 'redis';
+
+/** What a broker needs for a run: a target, a source for a group, and a destination made ready. */
+export interface BrokerSetup {
+  target(name: string): RelayTarget;
+  source(name: string): ConsumerSource;
+  /** Makes the destination keep what is published (RabbitMQ: a queue bound to the exchange). */
+  prepare(name: string): Promise<void>;
+  cleanup(name: string): Promise<void>;
+  ceiling(messages: number): Promise<{ perSecond: number }>;
+}
+
+export const noted = defineEvent<{ n: number; pad: string }>('bench.item-noted', { version: 1 });
+export const PAD = 'x'.repeat(120); // a body of about 450 bytes, like a small real event
+
+/** The ceiling publishes messages of the relay's size with its transport headers (the bench's events have a key). */
+const SAME_MESSAGES = (() => {
+  const envelope = toEnvelope({
+    position: '1', xid: '1', id: '01936f8e-1f2a-7000-8000-000000000001', type: noted.type, version: 1, source: 'mailroom://bench-host',
+    subject: 'k42', time: new Date(), correlation_id: null, causation_id: null, traceparent: null, headers: null, data: { n: 12345, pad: PAD },
+  });
+  const wire = toWireMessage(envelope);
+  return { bodyBytes: wire.body.byteLength, headers: { ...wire.headers } };
+})();
+
+export function setups(urls: Record<Kind, string>): Record<Kind, BrokerSetup> {
+  return {
+    rabbitmq: {
+      target: (name) => rabbitmq({ url: urls.rabbitmq, exchange: name }),
+      source: (name) => rabbitmqSource({ url: urls.rabbitmq, queue: name, prefetch: 500, declare: { exchange: name, bindingKeys: ['#'] } }),
+      async prepare(name) {
+        const c = await amqpConnect(urls.rabbitmq);
+        const ch = await c.createChannel();
+        await ch.assertExchange(name, 'topic', { durable: true });
+        await ch.assertQueue(name, { durable: true, arguments: { 'x-queue-type': 'quorum' } });
+        await ch.bindQueue(name, name, '#');
+        await c.close();
+      },
+      async cleanup(name) {
+        const c = await amqpConnect(urls.rabbitmq);
+        const ch = await c.createChannel();
+        await ch.deleteQueue(name);
+        await ch.deleteExchange(name);
+        await c.close();
+      },
+      ceiling: (messages) => rabbitmqCeiling({ url: urls.rabbitmq, messages, ...SAME_MESSAGES }),
+    },
+    nats: {
+      target: (name) => nats({ url: urls.nats, stream: name }),
+      source: (name) => natsSource({ url: urls.nats, stream: name, prefetch: 500, from: 'earliest' }),
+      async prepare(name) {
+        // The stream as the target declares it, made before a consumer looks for it.
+        const { connect } = await import('@nats-io/transport-node');
+        const { jetstreamManager } = await import('@nats-io/jetstream');
+        const nc = await connect({ servers: urls.nats });
+        await (await jetstreamManager(nc)).streams.add({ name, subjects: [`${name}.>`], duplicate_window: 120_000_000_000 }).catch(() => undefined);
+        await nc.close();
+      },
+      async cleanup(name) {
+        const { connect } = await import('@nats-io/transport-node');
+        const { jetstreamManager } = await import('@nats-io/jetstream');
+        const nc = await connect({ servers: urls.nats });
+        await (await jetstreamManager(nc)).streams.delete(name).catch(() => false);
+        await nc.close();
+      },
+      ceiling: (messages) => natsCeiling({ url: urls.nats, messages, ...SAME_MESSAGES }),
+    },
+    redis: {
+      target: (name) => redisStreams({ url: urls.redis, stream: name }),
+      source: (name) => redisSource({ url: urls.redis, stream: name, prefetch: 500, from: 'earliest' }),
+      async prepare() {},
+      async cleanup(name) {
+        const { Redis } = await import('ioredis');
+        const r = new Redis(urls.redis);
+        const keys = await r.keys(`*${name}*`);
+        if (keys.length > 0) await r.del(...keys);
+        r.disconnect();
+      },
+      ceiling: (messages) => redisCeiling({ url: urls.redis, messages, ...SAME_MESSAGES }),
+    },
+  };
+}
+
