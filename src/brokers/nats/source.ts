@@ -10,6 +10,7 @@ import type { ConsumerSource, SourceContext, SourceMessage } from '../source.ts'
 import { sourceWarnings } from './check.ts';
 import { closeQuietly, describeServers, openConnection, reason } from './connect.ts';
 import { consumerInfoOrNull, DEFAULT_ACK_WAIT_MS, ensureConsumer, type ConsumerSpec } from './consumer.ts';
+import { Waker } from '../../worker/waker.ts';
 import { assertDurable, resolveSourceOptions, type NatsSourceOptions, type ResolvedNatsSourceOptions } from './options.ts';
 
 /** How long one pull request waits at the server for messages. */
@@ -41,8 +42,8 @@ class Run {
   #stopped = false;
   /** Wakes the loop when capacity frees up or the run stops. */
   #wake: (() => void) | null = null;
-  /** Cuts a backoff sleep short when the run stops. */
-  #interrupt: (() => void) | null = null;
+  /** Cuts a backoff (or the wait after a reconnect) short when the run stops. */
+  readonly #backoff = new Waker();
   #loop: Promise<void> = Promise.resolve();
 
   constructor(options: ResolvedNatsSourceOptions, spec: ConsumerSpec, deliver: (message: SourceMessage) => void, context: SourceContext) {
@@ -91,7 +92,7 @@ class Run {
         this.#session = null;
         await closeQuietly(session?.nc ?? null);
         this.#context.report(new Error(`nats: ${this.#label}: ${reason(error)}; reconnecting in ${delayMs} ms`, { cause: error }));
-        await this.#sleep(delayMs);
+        await this.#backoff.sleep(delayMs);
         delayMs = Math.min(delayMs * 2, BACKOFF_MAX_MS);
       }
     }
@@ -112,7 +113,7 @@ class Run {
     this.#context.report(
       new Error(`nats: ${this.#label}: ${info.num_ack_pending} message(s) are pending from the lost connection; waiting ${waitMs} ms (the AckWait) so they are redelivered before newer ones`),
     );
-    await this.#sleep(waitMs);
+    await this.#backoff.sleep(waitMs);
   }
 
   /** Fetches while the session lives; returns after a completed fetch, throws when the connection is gone. */
@@ -173,22 +174,11 @@ class Run {
     }
   }
 
-  #sleep(ms: number): Promise<void> {
-    return new Promise<void>((resolve) => {
-      const timer = setTimeout(done, ms);
-      function done() {
-        clearTimeout(timer);
-        resolve();
-      }
-      this.#interrupt = done;
-    }).finally(() => (this.#interrupt = null));
-  }
-
   /** Stops fetching, gives unacknowledged messages back (nak), closes the connection. */
   async end(): Promise<void> {
     this.#stopped = true;
     this.#wake?.();
-    this.#interrupt?.();
+    this.#backoff.poke();
     this.#fetch?.stop();
     await this.#loop;
     // The server must drop the stopped pull request before the naks: nats-server 2.9 hands a nak'd

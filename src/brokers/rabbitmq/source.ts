@@ -8,6 +8,7 @@ import type { SafetyWarning } from '../safety.ts';
 import type { ConsumerSource, SourceContext, SourceMessage } from '../source.ts';
 import { queueMissing, exists } from './check.ts';
 import { amqpCode, closeQuietly, nextDelay, openChannel, openConnection, serverText, SETUP_TIMEOUT_MS, withTimeout } from './connection.ts';
+import { Waker } from '../../worker/waker.ts';
 import { redactUrl, resolveSourceOptions, type RabbitMqSourceOptions, type ResolvedSourceOptions } from './options.ts';
 
 /** A consumer source reading a RabbitMQ queue (see `rabbitmqSource()`). */
@@ -63,7 +64,8 @@ class RabbitMqConsumerSource implements RabbitMqSource {
   private context: SourceContext | null = null;
   private reconnecting: Promise<void> | null = null;
   private starting: Promise<void> | null = null;
-  private wake: (() => void) | null = null;
+  /** Cuts a reconnect backoff short when the source stops. */
+  private readonly backoff = new Waker();
 
   constructor(options: ResolvedSourceOptions) {
     this.options = options;
@@ -92,7 +94,7 @@ class RabbitMqConsumerSource implements RabbitMqSource {
       return;
     }
     this.state = 'stopped';
-    this.wake?.();
+    this.backoff.poke();
     await this.starting?.catch(() => {});
     await this.reconnecting;
     const session = this.session;
@@ -251,7 +253,7 @@ class RabbitMqConsumerSource implements RabbitMqSource {
     let delay = 0;
     while (this.state === 'running') {
       delay = nextDelay(delay);
-      await this.sleep(delay);
+      await this.backoff.sleep(delay);
       if (this.state !== 'running') return;
       try {
         await this.consume();
@@ -260,20 +262,6 @@ class RabbitMqConsumerSource implements RabbitMqSource {
         if (this.state === 'running') this.context?.report(error);
       }
     }
-  }
-
-  private sleep(ms: number): Promise<void> {
-    return new Promise((resolve) => {
-      const timer = setTimeout(done, ms);
-      function done(): void {
-        clearTimeout(timer);
-        resolve();
-      }
-      this.wake = () => {
-        this.wake = null;
-        done();
-      };
-    });
   }
 }
 

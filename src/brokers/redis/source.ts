@@ -8,6 +8,7 @@ import { randomBytes } from 'node:crypto';
 import { hostname } from 'node:os';
 import type { Redis } from 'ioredis';
 import { MailroomError } from '../../errors.ts';
+import { Waker } from '../../worker/waker.ts';
 import type { SafetyWarning } from '../safety.ts';
 import type { ConsumerSource, SourceContext, SourceMessage } from '../source.ts';
 import { serverWarnings, warningSubject } from './check.ts';
@@ -111,7 +112,8 @@ class Session {
   /** Set when stop() has handed entries back and is closing the connections: acks are no longer sent. */
   private closed = false;
   private wakeSlot: (() => void) | null = null;
-  private wakeSleep: (() => void) | null = null;
+  /** Cuts a reconnect backoff short when the source stops. */
+  private readonly backoff = new Waker();
   private ackQueue: string[] = [];
   /** Acks that failed (Redis unreachable): sent again after the next reconnect, before pending entries are re-read. */
   private unsentAcks: string[] = [];
@@ -134,7 +136,7 @@ class Session {
   async stop(): Promise<void> {
     this.stopped = true;
     this.wakeSlot?.();
-    this.wakeSleep?.();
+    this.backoff.poke();
     this.reader.drop();
     await this.done;
     while (this.ackFlush) await this.ackFlush;
@@ -174,7 +176,7 @@ class Session {
         this.reader.drop();
         this.report(err, backoff);
         markStarted();
-        await this.sleep(backoff);
+        await this.backoff.sleep(backoff);
         backoff = Math.min(backoff * 2, MAX_BACKOFF_MS);
       }
     }
@@ -336,20 +338,6 @@ class Session {
     return new Promise((resolve) => {
       this.wakeSlot = () => {
         this.wakeSlot = null;
-        resolve();
-      };
-    });
-  }
-
-  private sleep(ms: number): Promise<void> {
-    return new Promise((resolve) => {
-      const timer = setTimeout(() => {
-        this.wakeSleep = null;
-        resolve();
-      }, ms);
-      this.wakeSleep = () => {
-        clearTimeout(timer);
-        this.wakeSleep = null;
         resolve();
       };
     });
