@@ -175,6 +175,31 @@ for (const db of testDatabases()) {
       await relayA.stop();
     });
 
+    it('a read-ahead target whose lease is taken during its publish: the cursor stays, the batch read ahead is dropped unpublished', async () => {
+      const t = await db.open();
+      for (let n = 1; n <= 6; n++) await craft(t, n, String(100 + n), null);
+      const published: number[][] = [];
+      const target: RelayTarget = {
+        name: 'stolen',
+        readAhead: true,
+        async publish(events) {
+          published.push(events.map((e) => (e.envelope.data as { n: number }).n));
+          // Another relay takes the lease while this batch is with the broker.
+          await t.sql(`UPDATE "${t.schema}".relay_cursors SET holder = 'relay-b', token = token + 1 WHERE target = 'stolen'`);
+        },
+      };
+      const relay = t.mailroom.relay({ internal: false, to: [target], batchSize: 2, id: 'relay-a' });
+      const lost: RelayEvents['lease-lost'][0][] = [];
+      relay.on('lease-lost', (info) => lost.push(info));
+      const result = (await relay.flush()).stolen;
+      assert.deepEqual({ delivered: result?.delivered, leased: result?.leased }, { delivered: 0, leased: false });
+      assert.deepEqual(lost, [{ target: 'stolen' }]);
+      assert.deepEqual(published, [[1, 2]], 'the batch read ahead (3, 4) was not published');
+      const [row] = await t.sql<{ cursor_position: string; holder: string }>(`SELECT cursor_position::text AS cursor_position, holder FROM "${t.schema}".relay_cursors`);
+      assert.deepEqual(row, { cursor_position: '0', holder: 'relay-b' }, 'the cursor did not move under the stolen lease');
+      await relay.stop();
+    });
+
     it('a NOTIFY wakes an idle relay and the consumer before their poll; retention prunes only delivered events', async () => {
       const t = await db.open();
       const { mailroom } = t;
