@@ -6,10 +6,9 @@
  */
 import { toMilliseconds } from '../duration.ts';
 import type { SafetyWarning } from '../brokers/safety.ts';
+import { republishHorizonMs as republishHorizonOf } from '../relay/relay.ts';
 import { stringOption, UsageError, type CommandSpec } from './args.ts';
 
-/** Relay error backoff (src/relay/relay.ts): with the lease, how late a republish can come. */
-const RELAY_MAX_ERROR_BACKOFF_MS = 5_000;
 
 interface Check {
   subject: string;
@@ -96,7 +95,7 @@ export const doctorCommand: CommandSpec = {
     'Declares nothing. Exit 0 when nothing was found, 1 when something was (or could not be checked).',
   async run(values, io) {
     const leaseMs = toMilliseconds(stringOption(values.lease) ?? '30s', 'doctor --lease');
-    const checks = await checksFor(values, leaseMs + RELAY_MAX_ERROR_BACKOFF_MS);
+    const checks = await checksFor(values, republishHorizonOf(leaseMs));
     if (checks.length === 0) {
       throw new UsageError('mailroom doctor: name at least one broker to check', 'e.g. mailroom doctor --redis redis://127.0.0.1:6379 --redis-stream orders');
     }

@@ -64,6 +64,19 @@ const MAX_PRUNE_BATCHES = 100;
 const MAX_ERROR_BACKOFF_MS = 5_000;
 
 /**
+ * How late, with a relay running, an event whose broker confirm was lost can
+ * be published again: after a crash between the confirm and the cursor's
+ * commit another relay takes over once the lease ran out; a failed publish is
+ * retried within the longest error backoff.
+ *
+ * @example
+ * republishHorizonMs(30_000) // 35000
+ */
+export function republishHorizonMs(leaseMs: number): number {
+  return leaseMs + MAX_ERROR_BACKOFF_MS;
+}
+
+/**
  * Reads the outbox in commit-safe order and delivers it to its targets: the
  * internal fan-out into consumer groups' jobs, and any broker targets. Each
  * target has a cursor and a fenced lease, so several relays can run and one
@@ -140,10 +153,8 @@ export class Relay extends EventEmitter<RelayEvents> {
    * for (const w of await relay.check()) console.warn(w.code, w.message);
    */
   async check(): Promise<SafetyWarning[]> {
-    // After a crash between the broker's confirm and the cursor's commit, another relay republishes
-    // the batch once the lease ran out; a failing publish is retried within the error backoff.
-    const republishHorizonMs = this.options.leaseMs + MAX_ERROR_BACKOFF_MS;
-    const found = await Promise.all(this.states.map((s) => s.target.check?.({ republishHorizonMs }) ?? Promise.resolve([])));
+    const context = { republishHorizonMs: republishHorizonMs(this.options.leaseMs) };
+    const found = await Promise.all(this.states.map((s) => s.target.check?.(context) ?? Promise.resolve([])));
     return found.flat();
   }
 
