@@ -365,6 +365,7 @@ describe('decideFailure', () => {
     claim_count: attempt,
     priority: 0,
     correlation_id: null,
+    traceparent: null,
     created_at: new Date(),
     expires_at: null,
   });

@@ -1,9 +1,10 @@
-import { EventEmitter } from 'node:events';
+import { SafeEmitter } from '../observe/safe-emitter.ts';
 import type { Duration } from '../duration.ts';
 import { MailroomError, RetryableError, ValidationError } from '../errors.ts';
 import { fromEnvelope, toEnvelope, type OutboxRow } from '../events/envelope.ts';
 import { registerQueuePolicy } from '../worker/queue-policies.ts';
 import { runInHandlerTx } from '../worker/handler-tx.ts';
+import { currentContext, runInContext } from '../observe/context.ts';
 import { retryHorizonMs } from '../retention.ts';
 import { isSnooze } from '../snooze.ts';
 import type { Driver, Transaction } from '../storage/driver.ts';
@@ -41,14 +42,14 @@ export interface ConsumerDeps {
 const BACKFILL_BATCH = 500;
 const PRUNE_BATCH = 1000;
 const MAX_PRUNE_BATCHES = 100;
-const FORWARDED = ['completed', 'failed', 'snoozed', 'stale', 'rate-limited', 'released'] as const;
+const FORWARDED = ['started', 'completed', 'failed', 'snoozed', 'stale', 'rate-limited', 'released'] as const;
 
 /**
  * A consumer group for internal events: its subscription, and a worker on the
  * group's queue whose handlers keep an inbox, so each event takes effect once
  * for the group however often it is delivered. Made by `mailroom.consumer()`.
  */
-export class Consumer extends EventEmitter<ConsumerEvents> {
+export class Consumer extends SafeEmitter<ConsumerEvents> {
   readonly group: string;
   /** The queue the group's events wait in as jobs (`consumer.<group>`). */
   readonly queue: string;
@@ -277,7 +278,13 @@ export class Consumer extends EventEmitter<ConsumerEvents> {
         group,
         job: { id: job.id, attempt: job.attempt, maxAttempts: job.maxAttempts },
       };
-      const result = await handler(event, consumerCtx);
+      // Work the handler causes names this event as its cause (and keeps the request's correlation id).
+      // (Only when there is a request to follow: see execute.ts on the cost of AsyncLocalStorage.)
+      const outer = currentContext();
+      const result =
+        outer === undefined && event.correlationId === null
+          ? await handler(event, consumerCtx)
+          : await runInContext({ ...outer, correlationId: event.correlationId ?? outer?.correlationId ?? null, eventId: event.id }, () => handler(event, consumerCtx));
       if (isSnooze(result)) {
         // Not handled yet: no inbox key (the reschedule commits with ctx.tx).
         if (inboxFirst) await runInHandlerTx(ctx.tx, queries.inboxForget, [group, inboxKey]);

@@ -18,6 +18,8 @@ export interface DecodedEvent {
   readonly type: string;
   readonly key: string | null;
   readonly correlationId: string | null;
+  /** The W3C trace context the event carried (null: none). */
+  readonly traceparent: string | null;
   /** The envelope as JSON text (the job's payload). */
   readonly json: string;
 }
@@ -107,7 +109,7 @@ export function decodeMessage(message: SourceMessage, group: string, types: Read
       json,
     };
   }
-  return { kind: 'event', jobId, type: event.type, key: event.key, correlationId: event.correlationId, json };
+  return { kind: 'event', jobId, type: event.type, key: event.key, correlationId: event.correlationId, traceparent: event.traceparent, json };
 }
 
 function lowerCaseHeaders(headers: Readonly<Record<string, string>> | undefined): Record<string, string> {

@@ -17,11 +17,12 @@ export function ingestQueries(quotedSchema: string): IngestQueries {
     // a key's events in the order the broker delivered them. A redelivery conflicts on the id.
     storeEvents: q(
       'ingest_events',
-      `INSERT INTO ${s}.jobs (id, queue, type, state, max_attempts, correlation_id, expires_at, payload, ordering_key)
+      `INSERT INTO ${s}.jobs (id, queue, type, state, max_attempts, correlation_id, expires_at, payload, ordering_key, traceparent)
        SELECT e.id, $6::text, e.type, 'available', $7::int, e.correlation_id,
-              now() + $8::bigint * interval '1 millisecond', e.envelope::jsonb, e.key
+              now() + $8::bigint * interval '1 millisecond', d.doc, e.key, d.doc->>'traceparent'
          FROM unnest($1::uuid[], $2::text[], $3::text[], $4::text[], $5::text[])
               WITH ORDINALITY AS e(id, type, key, correlation_id, envelope, ord)
+        CROSS JOIN LATERAL (SELECT e.envelope::jsonb AS doc) AS d
         ORDER BY e.ord
        ON CONFLICT (id) DO NOTHING
        RETURNING id`,

@@ -12,6 +12,7 @@ import type { ConsumerSource, SourceMessage } from '../brokers/source.ts';
 import type { SafetyWarning } from '../brokers/safety.ts';
 import type { Driver } from '../storage/driver.ts';
 import { Waker } from '../worker/waker.ts';
+import { startBatchSpan } from '../observe/tracing.ts';
 import { decodeMessage, type DecodedDeadLetter, type DecodedEvent, type DecodedMessage, INVALID_MESSAGE_TYPE } from './decode-message.ts';
 import type { IngestQueries } from './ingest-queries.ts';
 
@@ -120,7 +121,13 @@ export class SourceIngest {
     while (this.buffer.length > 0 && this.state === 'running') {
       const batch = this.buffer.splice(0, MAX_BATCH);
       const decoded = batch.map((m) => decodeMessage(m, this.deps.group, this.deps.types, this.deps.maxMessageBytes));
-      const info = await this.storeUntilDone(batch, decoded);
+      const span = startBatchSpan(
+        `consume ${this.source.name}`,
+        'consumer',
+        decoded.map((d) => (d.kind === 'event' ? d.traceparent : null)),
+        { 'messaging.system': this.source.kind, 'messaging.destination.name': this.source.name, 'messaging.consumer.group.name': this.deps.group, 'messaging.batch.message_count': batch.length },
+      );
+      const info = await this.storeUntilDone(batch, decoded).finally(() => span.end());
       if (info === null) {
         this.buffer.unshift(...batch); // stopping: nacked by stop()
         return;

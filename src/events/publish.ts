@@ -1,11 +1,13 @@
 import { MailroomError, ValidationError } from '../errors.ts';
 import { newId } from '../ids.ts';
 import { serializePayload, validatePayload } from '../payload.ts';
-import { asQueryable, type Driver } from '../storage/driver.ts';
+import { asQueryable, type Driver, type TransactionLike } from '../storage/driver.ts';
+import { currentContext } from '../observe/context.ts';
+import { inProducerSpan } from '../observe/tracing.ts';
 import { isEventDefinition, type EventDefinition } from './define-event.ts';
 import { isRegisteredEvent } from './event-registry.ts';
 import type { OutboxQueries } from './outbox-queries.ts';
-import { checkKey, checkPublishOptions, type PublishManyOptions } from './publish-options.ts';
+import { checkKey, checkPublishOptions, type CheckedPublishOptions, type PublishManyOptions } from './publish-options.ts';
 
 /** What publishing needs from its mailroom. */
 export interface PublishDeps {
@@ -47,7 +49,7 @@ export async function publishEvents<TData, TInput>(
     throw new TypeError(`publish: event ${JSON.stringify(def.type)} (version ${String(def.version)}) was not made by defineEvent() in this process; define it with defineEvent() and publish that definition`);
   }
   const what = `event ${def.type}`;
-  const shared = checkPublishOptions(options);
+  const shared = withContextDefaults(checkPublishOptions(options));
   const ids: string[] = [];
   const keys: (string | null)[] = [];
   const payloads: string[] = [];
@@ -59,7 +61,7 @@ export async function publishEvents<TData, TInput>(
     ids.push(newId());
   }
   if (ids.length === 0) return [];
-  const params = [
+  const params: unknown[] = [
     ids,
     def.type,
     def.version,
@@ -72,22 +74,47 @@ export async function publishEvents<TData, TInput>(
     keys,
     payloads,
   ];
-  if (!options.tx) {
-    const { rows } = await deps.driver.run<{ id: string }>(deps.queries.insert, params);
-    return rows.map((r) => r.id);
-  }
+  const attributes = { 'messaging.system': 'mailroom', 'messaging.destination.name': def.type, 'messaging.batch.message_count': ids.length };
+  return inProducerSpan(`publish ${def.type}`, attributes, (traceparent) => {
+    // An explicit traceparent wins; else the publish span's (or the caller's).
+    params[7] = shared.traceparent ?? traceparent;
+    return options.tx ? insertInTransaction(deps, def, params, ids.length, options.tx) : insertOnPool(deps, params);
+  });
+}
+
+/**
+ * Fills what the options leave out from the work in progress: inside a handler
+ * (or `withCorrelation`), the request's correlation id, and as causation id the
+ * event (or else the job) being handled.
+ */
+function withContextDefaults(shared: CheckedPublishOptions): CheckedPublishOptions {
+  const context = currentContext();
+  if (!context) return shared;
+  return {
+    ...shared,
+    correlationId: shared.correlationId ?? context.correlationId,
+    causationId: shared.causationId ?? context.eventId ?? context.jobId ?? null,
+  };
+}
+
+async function insertOnPool(deps: PublishDeps, params: unknown[]): Promise<string[]> {
+  const { rows } = await deps.driver.run<{ id: string }>(deps.queries.insert, params);
+  return rows.map((r) => r.id);
+}
+
+async function insertInTransaction(deps: PublishDeps, def: { type: string }, params: unknown[], count: number, txOption: TransactionLike): Promise<string[]> {
   const ended = () =>
     new TransactionEndedError(
       `publish ${def.type}: tx is not inside a transaction (its transaction already committed or rolled back); nothing was written. Publish inside the transaction: before COMMIT, or within mailroom.transaction(fn)`,
     );
-  const tx = asQueryable(options.tx);
+  const tx = asQueryable(txOption);
   const xid = await tx.query<{ xid: string }>(deps.queries.currentXid.text).catch((error: unknown) => {
     // PGlite's transaction object refuses on its own once the transaction is over.
     throw error instanceof Error && /transaction is closed/i.test(error.message) ? ended() : error;
   });
   // In autocommit (a client whose transaction ended), each statement is a transaction with its own xid.
   const { rows } = await tx.query<{ id: string }>(deps.queries.insertInTransaction.text, [...params, xid.rows[0]!.xid]);
-  if (rows.length !== ids.length) throw ended();
+  if (rows.length !== count) throw ended();
   return rows.map((r) => r.id);
 }
 

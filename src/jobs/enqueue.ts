@@ -5,6 +5,8 @@ import { newId } from '../ids.ts';
 import { serializePayload, validatePayload } from '../payload.ts';
 import { asQueryable, type Driver, type Queryable, type TransactionLike } from '../storage/driver.ts';
 import type { JobQueries } from './queries.ts';
+import { currentContext } from '../observe/context.ts';
+import { inProducerSpan } from '../observe/tracing.ts';
 
 /** Options of `enqueue`. */
 export interface EnqueueOptions {
@@ -117,7 +119,8 @@ export async function enqueueJobs<TData, TInput>(
   const delayMs = checkDelay(options.delay);
   const runAt = checkRunAt(options.runAt);
   const priority = checkPriority(options.priority);
-  const correlationId = checkText(options.correlationId, 'correlationId');
+  // Inside a handler or withCorrelation(), the request's correlation id travels on unless one is given.
+  const correlationId = checkText(options.correlationId, 'correlationId') ?? currentContext()?.correlationId ?? null;
   const db: Queryable = options.tx ? asQueryable(options.tx) : driver;
 
   const rows: PreparedRow[] = [];
@@ -147,7 +150,12 @@ export async function enqueueJobs<TData, TInput>(
     // Keys of jobs completed within the key window still deduplicate (a redelivered request).
     const completedByKey = keyWindowMs > 0 ? await recentlyCompleted(db, queries, def.name, rows, keyWindowMs) : new Map<string, string>();
     const fresh = rows.filter((r) => r.key === null || !completedByKey.has(r.key));
-    const inserted = fresh.length > 0 ? await insertRows(db, queries, def, fresh, { delayMs, runAt, priority, correlationId }) : [];
+    const inserted =
+      fresh.length > 0
+        ? await inProducerSpan(`enqueue ${def.name}`, { 'messaging.system': 'mailroom', 'messaging.destination.name': def.queue, 'messaging.batch.message_count': fresh.length }, (traceparent) =>
+            insertRows(db, queries, def, fresh, { delayMs, runAt, priority, correlationId, traceparent }),
+          )
+        : [];
     const idOf = new Map(fresh.map((r, i) => [r, inserted[i]!]));
     if (keyWindowMs > 0) {
       // The job holding a key can complete while this insert runs: the insert waits for that completion's
@@ -188,7 +196,7 @@ async function insertRows(
   queries: JobQueries,
   def: JobDefinition<unknown, unknown>,
   rows: PreparedRow[],
-  shared: { delayMs: number; runAt: Date | null; priority: number; correlationId: string | null },
+  shared: { delayMs: number; runAt: Date | null; priority: number; correlationId: string | null; traceparent: string | null },
 ): Promise<string[]> {
   const n = rows.length;
   const fill = <T>(value: T): T[] => new Array<T>(n).fill(value);
@@ -208,6 +216,7 @@ async function insertRows(
     rows.map((r) => r.payload),
     rows.map((r) => r.orderingKey),
     def.ordering.onDead === 'hold',
+    shared.traceparent,
   ]);
   if (inserted.length === n) return rows.map((r) => r.id);
 

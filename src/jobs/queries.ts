@@ -31,7 +31,7 @@ export const CLAIM_SET = `state = 'active', attempt = j.attempt + 1, claim_count
 
 /** The columns a claim returns (see ClaimedRow). */
 export const CLAIM_RETURNING = `j.id, j.queue, j.type, j.payload, j.attempt, j.max_attempts, j.claim_count, j.priority,
-    j.correlation_id, j.created_at, j.expires_at`;
+    j.correlation_id, j.created_at, j.expires_at, j.traceparent`;
 const UNFINISHED = `('scheduled', 'available', 'active', 'retrying')`;
 
 /** Builds the job statements for a quoted schema name (see `quoteSchema`). */
@@ -45,11 +45,11 @@ export function jobQueries(quotedSchema: string): JobQueries {
     enqueue: q(
       'enqueue',
       `INSERT INTO ${s}.jobs (id, queue, type, state, priority, run_at, max_attempts, dedup_key, correlation_id, expires_at,
-                              payload, ordering_key, hold_key_when_dead)
+                              payload, ordering_key, hold_key_when_dead, traceparent)
        SELECT i.id, $2, $3,
               CASE WHEN i.run_at > now() THEN 'scheduled' ELSE 'available' END,
               i.priority, i.run_at, $7, i.dedup_key, i.correlation_id,
-              now() + $10::bigint * interval '1 millisecond', i.payload::jsonb, i.ordering_key, $13::boolean
+              now() + $10::bigint * interval '1 millisecond', i.payload::jsonb, i.ordering_key, $13::boolean, $14::text
          FROM (SELECT u.id, u.priority, u.dedup_key, u.correlation_id, u.payload, u.ordering_key, u.ord,
                       COALESCE(u.run_at, now()) + u.delay_ms * interval '1 millisecond' AS run_at
                  FROM unnest($1::uuid[], $4::smallint[], $5::timestamptz[], $6::bigint[], $8::text[], $9::text[], $11::text[], $12::text[])
@@ -162,10 +162,11 @@ export function jobQueries(quotedSchema: string): JobQueries {
                 last_error = jsonb_build_object('category', 'lease-expired', 'message', $2::text)
            FROM expired AS e
           WHERE j.id = e.id AND j.claim_count = e.claim_count AND j.state = 'active'
-         RETURNING j.id, j.claim_count, j.attempt, j.state, j.locked_by, j.started_at)
-       INSERT INTO ${s}.job_errors (job_id, claim, attempt, worker, started_at, category, message)
-       SELECT id, claim_count, attempt, locked_by, started_at, 'lease-expired', $2 FROM updated
-       RETURNING job_id`,
+         RETURNING j.id, j.queue, j.type, j.claim_count, j.attempt, j.state, j.locked_by, j.started_at),
+       logged AS (
+         INSERT INTO ${s}.job_errors (job_id, claim, attempt, worker, started_at, category, message)
+         SELECT id, claim_count, attempt, locked_by, started_at, 'lease-expired', $2 FROM updated)
+       SELECT id, queue, type, attempt, state FROM updated`,
     ),
     getJob: q(
       'get_job',

@@ -27,11 +27,12 @@ export function fanOutQueries(quotedSchema: string): FanOutQueries {
     // trigger queues jobs of one key in event order. The key is the job's ordering key.
     fanOut: q(
       'fanout',
-      `INSERT INTO ${s}.jobs (id, queue, type, state, max_attempts, correlation_id, expires_at, payload, ordering_key)
+      `INSERT INTO ${s}.jobs (id, queue, type, state, max_attempts, correlation_id, expires_at, payload, ordering_key, traceparent)
        SELECT ${FANOUT_JOB_ID('g.name', 'e.id')}, g.queue, e.type, 'available', g.max_attempts, e.correlation_id,
-              now() + g.max_age_ms * interval '1 millisecond', e.envelope::jsonb, e.subject
+              now() + g.max_age_ms * interval '1 millisecond', d.doc, e.subject, d.doc->>'traceparent'
          FROM unnest($1::uuid[], $2::text[], $3::text[], $4::text[], $5::text[], $6::text[])
               WITH ORDINALITY AS e(id, type, xid, subject, correlation_id, envelope, ord)
+        CROSS JOIN LATERAL (SELECT e.envelope::jsonb AS doc) AS d
          JOIN ${s}.consumer_groups AS g
            ON e.type = ANY(g.types)
           AND g.source IS NULL

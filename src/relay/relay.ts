@@ -1,4 +1,5 @@
-import { EventEmitter } from 'node:events';
+import { SafeEmitter } from '../observe/safe-emitter.ts';
+import { publishTraced } from './traced-publish.ts';
 import type { SafetyWarning } from '../brokers/safety.ts';
 import { MailroomError } from '../errors.ts';
 import { toEnvelope, type OutboxRow } from '../events/envelope.ts';
@@ -82,7 +83,7 @@ export function republishHorizonMs(leaseMs: number): number {
  * target has a cursor and a fenced lease, so several relays can run and one
  * delivers each target at a time. Made by `mailroom.relay()`.
  */
-export class Relay extends EventEmitter<RelayEvents> {
+export class Relay extends SafeEmitter<RelayEvents> {
   readonly id: string;
   private readonly states: TargetState[];
   private state: 'idle' | 'running' | 'stopping' | 'stopped' = 'idle';
@@ -333,7 +334,7 @@ export class Relay extends EventEmitter<RelayEvents> {
         }
         const { rows } = await tx.query<OutboxRow>(this.queries.rowsAt.text, [plan.positions]);
         const events: RelayedEvent[] = rows.map((r) => Object.freeze({ position: r.position, xid: r.xid, envelope: toEnvelope(r) }));
-        await s.target.publish(events, { tx });
+        await publishTraced(s.target, events, { tx });
         const next = plan.cursor;
         const advanced = await tx.query(this.queries.advance.text, [name, this.id, token, String(next.xid), String(next.position), events.length]);
         if (advanced.rowCount !== 1) throw new LeaseLost('lease lost during the round');
@@ -371,7 +372,7 @@ export class Relay extends EventEmitter<RelayEvents> {
       return { kind: 'done', delivered: 0, exhausted: plan.exhausted, blockedBy: plan.blockedBy, fence, cursor: batch.from };
     }
     const next = plan.cursor;
-    const publishing = s.target.publish(events, { tx: NO_TRANSACTION });
+    const publishing = publishTraced(s.target, events, { tx: NO_TRANSACTION });
     if (!plan.exhausted && plan.blockedBy === null) s.ahead = read(next);
     try {
       await publishing;

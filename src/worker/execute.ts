@@ -13,6 +13,9 @@ import { idempotencyKey, runStep } from './steps.ts';
 import { advanceVersion } from '../versions.ts';
 import type { ClaimedRow, Job, JobContext, JobHandler } from './types.ts';
 import type { JobRun } from './job-run.ts';
+import { SpanStatusCode, type Span } from '@opentelemetry/api';
+import { runInContext } from '../observe/context.ts';
+import { startHandlerSpan, withTraceContext } from '../observe/tracing.ts';
 
 /** What running a handler needs from its worker. */
 export interface ExecutionDeps {
@@ -114,10 +117,12 @@ export function execute(run: JobRun, handler: JobHandler | undefined, deps: Exec
   return new Promise<Execution>((resolve) => {
     let timer: NodeJS.Timeout | undefined;
     let done = false;
+    let span: Span | undefined;
     const finish = (outcome: Outcome): void => {
       if (done) return;
       done = true;
       if (timer) clearTimeout(timer);
+      if (span) endHandlerSpan(span, outcome);
       run.onAbort(undefined);
       resolve({ outcome, tx });
     };
@@ -148,13 +153,34 @@ export function execute(run: JobRun, handler: JobHandler | undefined, deps: Exec
     }
     let result: unknown;
     try {
-      result = handler(toJob(row), ctx);
+      const traced = startHandlerSpan(row.type, row.traceparent, () => ({
+        'messaging.system': 'mailroom',
+        'messaging.destination.name': row.queue,
+        'messaging.message.id': row.id,
+        'mailroom.attempt': row.attempt,
+      }));
+      span = traced?.span;
+      const job = toJob(row);
+      // AsyncLocalStorage makes every promise of the process slower on Node 20 (promise hooks), so the
+      // handler runs in a context only when there is something to carry: a correlation id or a trace.
+      const run =
+        row.correlation_id === null
+          ? () => handler(job, ctx)
+          : () => runInContext({ correlationId: row.correlation_id, jobId: row.id, jobType: row.type, queue: row.queue, attempt: row.attempt }, () => handler(job, ctx));
+      result = traced?.inTrace ? withTraceContext(traced.context(), run) : run();
     } catch (error) {
       return finish(threw(error));
     }
     if (isThenable(result)) result.then((value) => finish(returned(value)), (error: unknown) => finish(threw(error)));
     else finish(returned(result));
   });
+}
+
+function endHandlerSpan(span: Span, outcome: Outcome): void {
+  if (!span.isRecording()) return;
+  span.setAttribute('mailroom.outcome', outcome.kind);
+  if (outcome.kind === 'failed') span.setStatus({ code: SpanStatusCode.ERROR, message: `${outcome.category}: ${outcome.message}` });
+  span.end();
 }
 
 function isThenable(value: unknown): value is PromiseLike<unknown> {

@@ -13,7 +13,20 @@ export class JobRun {
   private abortState: { reason: unknown } | undefined;
   private abortListener: (() => void) | undefined;
 
+  private readonly startedAt = performance.now();
+  private finishedAt: number | undefined;
+
   constructor(readonly row: ClaimedRow) {}
+
+  /** Marks the handler as done (the first call counts). */
+  finish(): void {
+    this.finishedAt ??= performance.now();
+  }
+
+  /** The handler's run time in milliseconds (until now while it still runs). */
+  get durationMs(): number {
+    return (this.finishedAt ?? performance.now()) - this.startedAt;
+  }
 
   /** The signal the handler sees as `ctx.signal`. */
   get signal(): AbortSignal {

@@ -4,6 +4,23 @@ import type { RetentionQueries } from '../jobs/retention-queries.ts';
 import { prune, type RetentionPolicy } from '../retention.ts';
 
 const RESCUE_BATCH = 500;
+
+/** A job taken back from an expired lease: to `retrying`, or `dead` when out of attempts or past maxAge. */
+export interface RescuedJob {
+  id: string;
+  queue: string;
+  type: string;
+  attempt: number;
+  dead: boolean;
+}
+
+interface RescuedRow {
+  id: string;
+  queue: string;
+  type: string;
+  attempt: number;
+  state: string;
+}
 export const LEASE_EXPIRED_MESSAGE = 'lease expired: the worker stopped renewing it (crashed, killed, paused or cut off from the database)';
 
 /**
@@ -26,6 +43,7 @@ export class Maintenance {
     private readonly retention: RetentionPolicy,
     private readonly intervalMs: number,
     private readonly onError: (error: unknown) => void,
+    private readonly onRescued: (job: RescuedJob) => void = () => {},
   ) {}
 
   /** One retention pass: deletes finished jobs past their retention, in bounded batches. */
@@ -37,8 +55,9 @@ export class Maintenance {
   async rescueExpired(): Promise<number> {
     let total = 0;
     for (;;) {
-      const { rows } = await this.driver.run(this.queries.rescueExpired, [RESCUE_BATCH, LEASE_EXPIRED_MESSAGE]);
+      const { rows } = await this.driver.run<RescuedRow>(this.queries.rescueExpired, [RESCUE_BATCH, LEASE_EXPIRED_MESSAGE]);
       total += rows.length;
+      for (const row of rows) this.onRescued({ id: row.id, queue: row.queue, type: row.type, attempt: row.attempt, dead: row.state === 'dead' });
       if (rows.length < RESCUE_BATCH) return total;
     }
   }

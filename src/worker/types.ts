@@ -73,5 +73,7 @@ export interface ClaimedRow {
   priority: number;
   correlation_id: string | null;
   created_at: Date;
+  /** W3C trace context the job was enqueued in (or its event carried). */
+  traceparent: string | null;
   expires_at: Date | null;
 }

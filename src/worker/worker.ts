@@ -1,4 +1,5 @@
-import { EventEmitter } from 'node:events';
+import { SafeEmitter } from '../observe/safe-emitter.ts';
+import type { JobEventRef } from '../observe/lifecycle.ts';
 import { toMilliseconds, type Duration } from '../duration.ts';
 import type { JobQueries } from '../jobs/queries.ts';
 import type { Driver } from '../storage/driver.ts';
@@ -19,19 +20,32 @@ import { resolveWorkerOptions, type WorkerOptions } from './options.ts';
 
 export type { WorkerOptions } from './options.ts';
 
-/** Events a worker emits; handy for logs, metrics and tests. */
+/**
+ * Events a worker emits; handy for logs, metrics and tests. A listener that
+ * throws is logged and never breaks processing. `mailroom.on('job.*')` gets
+ * the same events from every worker.
+ */
 export interface WorkerEvents {
-  completed: [job: { id: string; type: string; attempt: number }];
-  failed: [job: { id: string; type: string; attempt: number }, detail: { category: string; message: string; dead: boolean; runAt: Date | null }];
-  snoozed: [job: { id: string; type: string }, delayMs: number];
+  /** A job's handler started. */
+  started: [job: JobEventRef];
+  /** The outcome `completed` was committed; `durationMs` is the handler's run time. */
+  completed: [job: JobEventRef & { durationMs: number }];
+  /** An attempt failed and was recorded; `dead` (= !willRetry): it went to the dead-letter queue. */
+  failed: [job: JobEventRef, detail: { category: string; message: string; dead: boolean; willRetry: boolean; runAt: Date | null; durationMs: number }];
+  snoozed: [job: JobEventRef, delayMs: number];
   /** A result was refused because the job's lease was lost (it was rescued and maybe claimed again). */
-  stale: [job: { id: string; type: string; attempt: number }];
+  stale: [job: JobEventRef];
   /** A handler threw RateLimitedError: the queue backs off; the job runs again without spending an attempt. */
-  'rate-limited': [job: { id: string; type: string }, delayMs: number];
+  'rate-limited': [job: JobEventRef, delayMs: number];
   /** A job handed back on a graceful stop that ran out of time. */
   released: [job: { id: string; type: string }];
   /** Infrastructure trouble (database unreachable...). The worker keeps going. */
   error: [error: unknown];
+}
+
+/** The event payload of a claimed job. */
+function refOf(row: ClaimedRow): JobEventRef {
+  return { id: row.id, type: row.type, queue: row.queue, attempt: row.attempt, correlationId: row.correlation_id };
 }
 
 const MAX_ERROR_BACKOFF_MS = 5_000;
@@ -41,7 +55,7 @@ const MAX_ERROR_BACKOFF_MS = 5_000;
  * keeps their leases alive with heartbeats, and records each outcome fenced by
  * the job's claim token. Made by `mailroom.worker()`.
  */
-export class Worker extends EventEmitter<WorkerEvents> {
+export class Worker extends SafeEmitter<WorkerEvents> {
   readonly id: string;
   private readonly queues: string[];
   private readonly concurrency: number;
@@ -273,6 +287,7 @@ export class Worker extends EventEmitter<WorkerEvents> {
   private run(row: ClaimedRow): void {
     const entry = new JobRun(row);
     this.running.set(row.id, entry);
+    if (this.listenerCount('started') > 0) this.emit('started', refOf(row));
     void execute(entry, this.options.handlers[row.type] as JobHandler | undefined, this.executionDeps).then(({ outcome, tx }) => {
       try {
         if (outcome.kind === 'rate-limited' && !entry.settled) {
@@ -296,6 +311,7 @@ export class Worker extends EventEmitter<WorkerEvents> {
   /** The handler is done: its slot is free at once, and its outcome is written in the background. */
   private finished(entry: JobRun, outcome: Outcome, tx: HandlerTransaction | undefined): void {
     const { row } = entry;
+    entry.finish();
     if (this.running.get(row.id) === entry) this.running.delete(row.id);
     this.finishing.set(row.id, entry);
     this.startBuffered();
@@ -309,7 +325,14 @@ export class Worker extends EventEmitter<WorkerEvents> {
       entry.settled = true;
       this.completer.complete(row.id, row.claim_count).then(
         (recorded) => {
-          if (!this.abandoned) this.emit(recorded ? 'completed' : 'stale', { id: row.id, type: row.type, attempt: row.attempt });
+          if (!this.abandoned) {
+            if (recorded) {
+              if (this.listenerCount('completed') > 0) {
+                this.emit('completed', { id: row.id, type: row.type, queue: row.queue, attempt: row.attempt, correlationId: row.correlation_id, durationMs: entry.durationMs });
+              }
+            }
+            else this.emit('stale', refOf(row));
+          }
           settle();
           // A committed completion may have unblocked the next job of an ordering key: look again.
           if (this.state === 'running') this.poke();
@@ -336,10 +359,10 @@ export class Worker extends EventEmitter<WorkerEvents> {
     const { row } = entry;
     const result = await recordOutcome(this.recordDeps, row, outcome, tx);
     if (this.abandoned) return;
-    const job = { id: row.id, type: row.type, attempt: row.attempt };
+    const job = refOf(row);
     switch (result.kind) {
       case 'completed':
-        this.emit('completed', job);
+        this.emit('completed', { ...job, durationMs: entry.durationMs });
         break;
       case 'snoozed':
         this.emit('snoozed', job, result.delayMs);
@@ -348,7 +371,14 @@ export class Worker extends EventEmitter<WorkerEvents> {
         this.emit('rate-limited', job, result.delayMs);
         break;
       case 'failed':
-        this.emit('failed', job, { category: result.category, message: result.message, dead: result.dead, runAt: result.runAt });
+        this.emit('failed', job, {
+          category: result.category,
+          message: result.message,
+          dead: result.dead,
+          willRetry: !result.dead,
+          runAt: result.runAt,
+          durationMs: entry.durationMs,
+        });
         break;
       case 'stale':
         this.emit('stale', job);
@@ -408,13 +438,13 @@ export class Worker extends EventEmitter<WorkerEvents> {
     const kept = new Set(rows.map((r) => r.id));
     // A held (prefetched) job whose lease was lost (rescued) is dropped before it starts.
     const lost = new Set(held.filter((row) => !kept.has(row.id)));
-    for (const row of this.buffer.remove(lost)) this.emit('stale', { id: row.id, type: row.type, attempt: row.attempt });
+    for (const row of this.buffer.remove(lost)) this.emit('stale', refOf(row));
     for (const e of entries) {
       if (!kept.has(e.row.id) && !e.settled && (this.running.get(e.row.id) === e || this.finishing.get(e.row.id) === e)) {
         // Lease lost (rescued, maybe running elsewhere): stop the handler; its result would be refused anyway.
         e.settled = true;
         e.abort(new Error('lease lost: the job was rescued after its lease expired'));
-        this.emit('stale', { id: e.row.id, type: e.row.type, attempt: e.row.attempt });
+        this.emit('stale', refOf(e.row));
       }
     }
   }
