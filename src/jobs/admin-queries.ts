@@ -13,6 +13,19 @@ export interface AdminQueries {
   failedLastMinute: NamedQuery;
 }
 
+/** What `jobs.cancel` and a dead-letter discard do to a job (the ordering triggers hand its key on). */
+export const CANCEL_SET = `state = 'cancelled', finished_at = now(), locked_until = NULL`;
+
+/**
+ * What `jobs.retry` and a dead-letter replay do to a job, in place (same id, history kept):
+ * available now; a dead or cancelled job gets a fresh budget of attempts (`budget`, an SQL
+ * expression: attempts on top of those spent) and of maxAge, and queues again behind its ordering key.
+ */
+export function retrySet(budget: string): string {
+  return `state = 'available', run_at = now(), finished_at = NULL, dead_reason = NULL,
+              max_attempts = CASE WHEN state IN ('dead', 'cancelled') THEN attempt + ${budget} ELSE max_attempts END,
+              expires_at = CASE WHEN state IN ('dead', 'cancelled') THEN now() + (expires_at - created_at) ELSE expires_at END`;
+}
 
 /** Builds the admin statements for a quoted schema name. */
 export function adminQueries(quotedSchema: string): AdminQueries {
@@ -22,7 +35,7 @@ export function adminQueries(quotedSchema: string): AdminQueries {
     // $1 id. Waiting and dead jobs can be cancelled; an active one is left to finish.
     cancel: q(
       'cancel',
-      `UPDATE ${s}.jobs SET state = 'cancelled', finished_at = now(), locked_until = NULL
+      `UPDATE ${s}.jobs SET ${CANCEL_SET}
         WHERE id = $1 AND state IN ('scheduled', 'available', 'retrying', 'dead')
        RETURNING id`,
     ),
@@ -31,9 +44,7 @@ export function adminQueries(quotedSchema: string): AdminQueries {
     retry: q(
       'retry',
       `UPDATE ${s}.jobs
-          SET state = 'available', run_at = now(), finished_at = NULL, dead_reason = NULL,
-              max_attempts = CASE WHEN state IN ('dead', 'cancelled') THEN attempt + $2::int ELSE max_attempts END,
-              expires_at = CASE WHEN state IN ('dead', 'cancelled') THEN now() + (expires_at - created_at) ELSE expires_at END
+          SET ${retrySet('$2::int')}
         WHERE id = $1 AND state IN ('scheduled', 'available', 'retrying', 'dead', 'cancelled')
        RETURNING id`,
     ),

@@ -20,9 +20,11 @@ export interface JobAttemptError {
 /** One line of a job's history, oldest first. */
 export interface JobHistoryEntry {
   at: Date;
-  event: 'enqueued' | 'started' | 'failed' | 'completed' | 'dead-lettered' | 'cancelled';
+  event: 'enqueued' | 'started' | 'failed' | 'completed' | 'dead-lettered' | 'cancelled' | 'replayed' | 'discarded';
   attempt?: number;
   worker?: string;
+  /** Who replayed or discarded it (`replayed`, `discarded`). */
+  by?: string;
   detail?: string;
 }
 
