@@ -5,46 +5,19 @@
  * checked against the ledger it prints as JSON.
  */
 import assert from 'node:assert/strict';
-import { spawn } from 'node:child_process';
 import { existsSync, mkdtempSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { after, before, describe, test } from 'node:test';
-import { fileURLToPath } from 'node:url';
 import pg from 'pg';
 import type { Ledger as DemoLedger } from '../src/demo/ledger.ts';
+import { runMailroom, type CliRun } from './helpers/cli.ts';
 
-const MAIN = fileURLToPath(new URL('../src/cli/main.ts', import.meta.url));
-const TSX = import.meta.resolve('tsx');
 const databaseUrl = process.env.TEST_DATABASE_URL;
 
-interface Run {
-  code: number | null;
-  stdout: string;
-  stderr: string;
-}
-
-/** Runs `mailroom ...args` from source in a child process; fails the test with its output if it outlives `timeoutMs`. */
-function mailroom(args: string[], options: { cwd?: string; timeoutMs?: number } = {}): Promise<Run> {
-  const env = { ...process.env };
-  delete env.DATABASE_URL; // the embedded default must not turn into someone's server
-  return new Promise((resolve, reject) => {
-    const child = spawn(process.execPath, ['--import', TSX, MAIN, ...args], { cwd: options.cwd ?? process.cwd(), env, stdio: ['ignore', 'pipe', 'pipe'] });
-    let stdout = '';
-    let stderr = '';
-    child.stdout.on('data', (chunk: Buffer) => (stdout += chunk.toString()));
-    child.stderr.on('data', (chunk: Buffer) => (stderr += chunk.toString()));
-    const timer = setTimeout(() => {
-      child.kill('SIGKILL');
-      reject(new Error(`mailroom ${args.join(' ')} did not finish within ${options.timeoutMs} ms\nstdout:\n${stdout}\nstderr:\n${stderr}`));
-    }, options.timeoutMs ?? 30_000);
-    child.on('error', reject);
-    child.on('close', (code) => {
-      clearTimeout(timer);
-      resolve({ code, stdout, stderr });
-    });
-  });
-}
+type Run = CliRun;
+/** Runs `mailroom ...args` from source in a child process (test/helpers/cli.ts). */
+const mailroom = (args: string[], options: { cwd?: string; timeoutMs?: number } = {}): Promise<Run> => runMailroom(args, options);
 
 function parseJson<T>(run: Run, what: string): T {
   try {
@@ -225,5 +198,49 @@ describe('mailroom command line', () => {
       const again = await mailroom(['doctor', '--rabbitmq', rabbitUrl!, '--exchange', name, '--json']);
       assert.deepEqual(parseJson<DoctorReport>(again, 'doctor --json').warnings.map((w) => w.code), ['rabbitmq-exchange-missing'], 'doctor declared nothing');
     });
+  });
+});
+
+describe('mailroom bench: mailroom alone on the given database, in a scratch schema dropped after', () => {
+  interface BenchReport {
+    database: string;
+    drain: { jobs: number; jobsPerSecond: number };
+    enqueue: { jobsPerSecond: number };
+    latency: { jobs: number; p50Ms: number; p99Ms: number; maxMs: number };
+  }
+  const check = (run: Run): BenchReport => {
+    assert.equal(run.code, 0, run.stdout + run.stderr);
+    const report = parseJson<BenchReport>(run, 'bench --json');
+    assert.equal(report.drain.jobs, 300);
+    assert.ok(report.drain.jobsPerSecond > 0 && report.enqueue.jobsPerSecond > 0, run.stdout);
+    assert.equal(report.latency.jobs, 20);
+    assert.ok(report.latency.p50Ms > 0 && report.latency.p50Ms <= report.latency.p99Ms && report.latency.p99Ms <= report.latency.maxMs, run.stdout);
+    return report;
+  };
+
+  test('embedded: a temporary database, removed afterwards', async () => {
+    const run = await mailroom(['bench', '--jobs', '300', '--latency-jobs', '20', '--rate', '100', '--json'], { timeoutMs: 60_000 });
+    const report = check(run);
+    const dir = /embedded PGlite in (.+)$/.exec(report.database)?.[1];
+    assert.ok(dir, report.database);
+    assert.equal(existsSync(dir), false, 'the temporary database is gone');
+  });
+
+  test('PostgreSQL: the scratch schema is dropped', { skip: databaseUrl ? false : 'TEST_DATABASE_URL is not set' }, async () => {
+    const run = await mailroom(['bench', '--database', databaseUrl!, '--jobs', '300', '--latency-jobs', '20', '--rate', '100', '--json'], { timeoutMs: 60_000 });
+    check(run);
+    const pool = new pg.Pool({ connectionString: databaseUrl, max: 1 });
+    try {
+      const { rows } = await pool.query(`SELECT nspname FROM pg_namespace WHERE nspname LIKE 'mailroom_bench_%'`);
+      assert.deepEqual(rows, []);
+    } finally {
+      await pool.end();
+    }
+  });
+
+  test('bad numbers are usage errors naming the option', async () => {
+    const run = await mailroom(['bench', '--jobs', '0']);
+    assert.equal(run.code, 2);
+    assert.match(run.stderr, /option --jobs: expected a whole number from 1 to 10000000, got "0"/);
   });
 });

@@ -24,7 +24,7 @@ export function overviewHelp(commands: readonly CommandSpec[], version: string):
     '',
     'Every command takes --json (output for scripts) and --help.',
     'Database: --database postgres://... or $DATABASE_URL; without either, the embedded database in ./.mailroom.',
-    'Exit codes: 0 success, 1 the command failed, 2 bad usage.',
+    'Exit codes: 0 success, 1 the command failed, 2 bad usage; 3 from `status --check` when a threshold is crossed; 130 when Ctrl-C stopped a `dlq` replay or discard.',
     '',
   ].join('\n');
 }

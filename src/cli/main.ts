@@ -5,15 +5,21 @@
  */
 import { readFileSync } from 'node:fs';
 import { closest, EXIT_FAILURE, EXIT_USAGE, parseCommandArgs, UsageError, type CommandSpec, type Io } from './args.ts';
+import { benchCommand } from './bench.ts';
 import { demoCommand } from './demo.ts';
+import { dlqCommand } from './dlq.ts';
 import { doctorCommand } from './doctor.ts';
 import { commandHelp, overviewHelp } from './help.ts';
+import { jobsCommand } from './jobs.ts';
 import { migrateCommand } from './migrate.ts';
+import { startCommand } from './start.ts';
+import { statusCommand } from './status.ts';
+import { parsesOwnArguments } from './subcommand.ts';
 
-const COMMANDS: readonly CommandSpec[] = [migrateCommand, demoCommand, doctorCommand];
+const COMMANDS: readonly CommandSpec[] = [migrateCommand, startCommand, demoCommand, doctorCommand, statusCommand, jobsCommand, dlqCommand, benchCommand];
 
 /** Commands DESIGN.md promises that this version does not have yet. */
-const PLANNED = ['start', 'status', 'jobs', 'dlq', 'dashboard', 'bench'];
+const PLANNED = ['dashboard'];
 
 function version(): string {
   try {
@@ -62,7 +68,7 @@ export async function main(argv: string[], io: Io = { out: process.stdout, err: 
     }
     const command = findCommand(first);
     prefix = `mailroom ${command.name}`;
-    const values = parseCommandArgs(command, rest);
+    const values = parsesOwnArguments(command) ? command.parse(rest) : parseCommandArgs(command, rest);
     if (values.help) {
       io.out.write(commandHelp(command));
       return 0;
