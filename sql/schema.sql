@@ -20,6 +20,28 @@ CREATE TABLE :"schema".consumer_groups (
   source text
 );
 
+CREATE TABLE :"schema".dead_letter_replay_jobs (
+  job_id uuid NOT NULL,
+  replay_id uuid NOT NULL,
+  at timestamp with time zone DEFAULT now() NOT NULL,
+  died_at timestamp with time zone,
+  dead_reason text,
+  attempt integer NOT NULL
+);
+
+CREATE TABLE :"schema".dead_letter_replays (
+  id uuid NOT NULL,
+  action text NOT NULL,
+  started_at timestamp with time zone DEFAULT now() NOT NULL,
+  finished_at timestamp with time zone,
+  filter jsonb NOT NULL,
+  matched integer DEFAULT 0 NOT NULL,
+  replayed integer DEFAULT 0 NOT NULL,
+  dry_run boolean DEFAULT false NOT NULL,
+  by text,
+  interrupted boolean DEFAULT false NOT NULL
+);
+
 CREATE TABLE :"schema".entity_versions (
   entity text NOT NULL,
   version bigint NOT NULL,
@@ -76,7 +98,8 @@ CREATE TABLE :"schema".jobs (
   finished_at timestamp with time zone,
   dead_reason text,
   last_error jsonb,
-  payload jsonb NOT NULL
+  payload jsonb NOT NULL,
+  traceparent text
 ) WITH (fillfactor=85);
 
 CREATE TABLE :"schema".migrations (
@@ -139,6 +162,8 @@ CREATE TABLE :"schema".relay_cursors (
 -- Constraints
 
 ALTER TABLE :"schema".consumer_groups ADD CONSTRAINT consumer_groups_pkey PRIMARY KEY (name);
+ALTER TABLE :"schema".dead_letter_replay_jobs ADD CONSTRAINT dead_letter_replay_jobs_pkey PRIMARY KEY (job_id, replay_id);
+ALTER TABLE :"schema".dead_letter_replays ADD CONSTRAINT dead_letter_replays_pkey PRIMARY KEY (id);
 ALTER TABLE :"schema".entity_versions ADD CONSTRAINT entity_versions_pkey PRIMARY KEY (entity);
 ALTER TABLE :"schema".inbox ADD CONSTRAINT inbox_pkey PRIMARY KEY (consumer_group, event_id);
 ALTER TABLE :"schema".job_errors ADD CONSTRAINT job_errors_pkey PRIMARY KEY (job_id, claim);
@@ -152,18 +177,23 @@ ALTER TABLE :"schema".queue_controls ADD CONSTRAINT queue_controls_pkey PRIMARY 
 ALTER TABLE :"schema".relay_cursors ADD CONSTRAINT relay_cursors_pkey PRIMARY KEY (target);
 ALTER TABLE :"schema".outbox ADD CONSTRAINT outbox_id_key UNIQUE (id);
 ALTER TABLE :"schema".consumer_groups ADD CONSTRAINT consumer_groups_max_attempts_check CHECK ((max_attempts >= 1));
+ALTER TABLE :"schema".dead_letter_replays ADD CONSTRAINT dead_letter_replays_action_check CHECK ((action = ANY (ARRAY['replay'::text, 'discard'::text])));
 ALTER TABLE :"schema".jobs ADD CONSTRAINT jobs_attempt_check CHECK (((attempt >= 0) AND (max_attempts >= 1)));
 ALTER TABLE :"schema".jobs ADD CONSTRAINT jobs_state_check CHECK ((state = ANY (ARRAY['scheduled'::text, 'available'::text, 'active'::text, 'retrying'::text, 'completed'::text, 'dead'::text, 'cancelled'::text])));
 ALTER TABLE :"schema".outbox ADD CONSTRAINT outbox_version_check CHECK ((version >= 1));
 ALTER TABLE :"schema".queue_controls ADD CONSTRAINT queue_controls_concurrency_check CHECK ((concurrency >= 1));
 ALTER TABLE :"schema".queue_controls ADD CONSTRAINT queue_controls_rate_max_check CHECK ((rate_max >= 1));
 ALTER TABLE :"schema".queue_controls ADD CONSTRAINT queue_controls_rate_per_ms_check CHECK ((rate_per_ms >= 1));
+ALTER TABLE :"schema".dead_letter_replay_jobs ADD CONSTRAINT dead_letter_replay_jobs_job_id_fkey FOREIGN KEY (job_id) REFERENCES :"schema".jobs(id) ON DELETE CASCADE;
+ALTER TABLE :"schema".dead_letter_replay_jobs ADD CONSTRAINT dead_letter_replay_jobs_replay_id_fkey FOREIGN KEY (replay_id) REFERENCES :"schema".dead_letter_replays(id);
 ALTER TABLE :"schema".job_errors ADD CONSTRAINT job_errors_job_id_fkey FOREIGN KEY (job_id) REFERENCES :"schema".jobs(id) ON DELETE CASCADE;
 ALTER TABLE :"schema".job_steps ADD CONSTRAINT job_steps_job_id_fkey FOREIGN KEY (job_id) REFERENCES :"schema".jobs(id) ON DELETE CASCADE;
 
 -- Indexes
 
 -- (made by its constraint) CREATE UNIQUE INDEX consumer_groups_pkey ON :"schema".consumer_groups USING btree (name);
+-- (made by its constraint) CREATE UNIQUE INDEX dead_letter_replay_jobs_pkey ON :"schema".dead_letter_replay_jobs USING btree (job_id, replay_id);
+-- (made by its constraint) CREATE UNIQUE INDEX dead_letter_replays_pkey ON :"schema".dead_letter_replays USING btree (id);
 -- (made by its constraint) CREATE UNIQUE INDEX entity_versions_pkey ON :"schema".entity_versions USING btree (entity);
 -- (made by its constraint) CREATE UNIQUE INDEX inbox_pkey ON :"schema".inbox USING btree (consumer_group, event_id);
 CREATE INDEX inbox_received_idx ON :"schema".inbox USING btree (consumer_group, received_at);
@@ -181,6 +211,7 @@ CREATE INDEX jobs_ordering_idx ON :"schema".jobs USING btree (queue, ordering_ke
 -- (made by its constraint) CREATE UNIQUE INDEX jobs_pkey ON :"schema".jobs USING btree (id);
 -- (made by its constraint) CREATE UNIQUE INDEX migrations_pkey ON :"schema".migrations USING btree (version);
 -- (made by its constraint) CREATE UNIQUE INDEX ordering_keys_pkey ON :"schema".ordering_keys USING btree (queue, key);
+CREATE INDEX outbox_correlation_idx ON :"schema".outbox USING btree (correlation_id) WHERE (correlation_id IS NOT NULL);
 CREATE INDEX outbox_created_idx ON :"schema".outbox USING btree (created_at);
 -- (made by its constraint) CREATE UNIQUE INDEX outbox_id_key ON :"schema".outbox USING btree (id);
 -- (made by its constraint) CREATE UNIQUE INDEX outbox_pkey ON :"schema".outbox USING btree ("position");
@@ -296,7 +327,10 @@ CREATE TRIGGER outbox_position BEFORE INSERT ON :"schema".outbox FOR EACH ROW EX
 -- Comments
 
 COMMENT ON COLUMN :"schema".consumer_groups.source IS 'NULL: internal events through the relay; otherwise the broker it reads from (e.g. rabbitmq queue billing)';
+COMMENT ON COLUMN :"schema".dead_letter_replays.finished_at IS 'NULL while running, or when the process died mid-way (the jobs counted in replayed were acted on)';
+COMMENT ON COLUMN :"schema".dead_letter_replays.replayed IS 'jobs acted on: replayed, or discarded when action = discard; grows with each committed batch';
 COMMENT ON COLUMN :"schema".jobs.blocked IS 'waiting for an earlier job with the same ordering key to finish';
 COMMENT ON COLUMN :"schema".jobs.claim_count IS 'fencing token: incremented by every claim; every state change of an active job checks it';
+COMMENT ON COLUMN :"schema".jobs.traceparent IS 'W3C traceparent of the span that enqueued the job (or of the event it was made from); NULL without tracing';
 COMMENT ON COLUMN :"schema".outbox.position IS 'taken after the key lock (trigger outbox_before_insert): per key, the commit order';
 COMMENT ON COLUMN :"schema".outbox.xid IS 'the publishing transaction: the relay reads only rows below the oldest running transaction';

@@ -11,6 +11,8 @@ import { connect, type DatabaseOption } from './storage/connect.ts';
 import { asQueryable, type Driver, type Queryable, type TransactionLike } from './storage/driver.ts';
 import { adminQueries, type AdminQueries } from './jobs/admin-queries.ts';
 import { cancelJob, retryJob, type JobActionResult } from './jobs/admin.ts';
+import { correlationQueries } from './jobs/correlation-queries.ts';
+import { readCorrelation, type ByCorrelationOptions, type CorrelationTrail } from './jobs/correlation.ts';
 import { readStats, type MailroomStats } from './stats.ts';
 import { advanceVersion } from './versions.ts';
 import { checkRetentionAgainst, resolveRetention, type RetentionOptions, type RetentionPolicy } from './retention.ts';
@@ -38,6 +40,16 @@ import { Consumer } from './consumers/consumer.ts';
 import { consumerQueries, type ConsumerQueries } from './consumers/consumer-queries.ts';
 import { ingestQueries, type IngestQueries } from './consumers/ingest-queries.ts';
 import type { ConsumerOptions } from './consumers/options.ts';
+import { SafeEmitter } from './observe/safe-emitter.ts';
+import type { MailroomEvents } from './observe/lifecycle.ts';
+import { checkRedactPaths, redact } from './observe/redact.ts';
+import { deadLettersApi, type DeadLettersApi } from './dead-letters/api.ts';
+import { deadLetterQueries } from './dead-letters/dead-letter-queries.ts';
+import { withReplayHistory } from './dead-letters/history.ts';
+import { checkMetricsOptions, createMetrics, type MailroomMetrics, type MetricsOptions } from './observe/metrics.ts';
+import type { Registry } from 'prom-client';
+import { emitRescued, forwardConsumer, forwardRelay, forwardWorker, LazyForwarding } from './observe/forward.ts';
+import { attachLogger, type MailroomLogger } from './observe/logger.ts';
 
 /** Options of {@link createMailroom}. */
 export interface MailroomOptions {
@@ -61,6 +73,34 @@ export interface MailroomOptions {
   retention?: RetentionOptions;
   /** CloudEvents `source` of published events (an event definition may name its own). Default `mailroom://<host name>`. */
   source?: string;
+  /**
+   * Settings per queue name. `owner`: the team that owns the queue; it labels
+   * the queue's metrics (and so its alerts) and its dead letters.
+   */
+  queues?: Record<string, QueueSettings>;
+  /**
+   * Payload fields hidden (`[redacted]`) in every output that shows a payload:
+   * dead letters, `jobs.get`, the command line. A plain name (`password`)
+   * matches at any depth; a dot path (`card.number`) matches that field.
+   */
+  redact?: string[];
+  /**
+   * Where mailroom writes its log lines (failures, dead letters, rescues,
+   * warnings, errors; per-job lines at debug): pino or any logger with
+   * `error/warn/info(fields, message)`. Unset: errors and warnings go to the console.
+   */
+  logger?: MailroomLogger;
+  /**
+   * Prometheus metrics (`mailroom.metrics()`): the scaling signal's drain target
+   * and per-worker concurrency, and a prefix for every metric name.
+   */
+  metrics?: MetricsOptions;
+}
+
+/** Settings of one queue (`createMailroom({ queues: { email: { owner: 'growth' } } })`). */
+export interface QueueSettings {
+  /** The team that owns the queue: labels its metrics, alerts and dead letters. */
+  owner?: string;
 }
 
 /** The transaction handle `mailroom.transaction()` gives: run SQL, and pass it as `{ tx }`. */
@@ -89,6 +129,15 @@ export interface JobsApi {
    * await mailroom.jobs.retry(id);
    */
   retry(id: string): Promise<JobActionResult>;
+  /**
+   * Everything one request caused: every job (of any queue, consumer groups'
+   * included) and every outbox event carrying `correlationId`, each oldest
+   * first, events with the relay targets that have published them.
+   *
+   * @example
+   * const { jobs, events } = await mailroom.jobs.byCorrelation('req-42');
+   */
+  byCorrelation(correlationId: string, options?: ByCorrelationOptions): Promise<CorrelationTrail>;
 }
 
 /** Monotonic versions per entity, to ignore outdated updates. */
@@ -109,9 +158,17 @@ export interface VersionsApi {
  * A mailroom instance: enqueue jobs, run workers, read job state. Made by
  * {@link createMailroom}.
  */
-export class Mailroom {
+export class Mailroom extends SafeEmitter<MailroomEvents> {
   readonly schema: string;
+  /** Payload fields hidden in every output (the `redact` option). */
+  readonly redactPaths: readonly string[];
+  private readonly queueSettings: Readonly<Record<string, QueueSettings>>;
+  private readonly forwarding: LazyForwarding;
+  private readonly metricsOptions: MetricsOptions;
+  private metricsState: MailroomMetrics | undefined;
   readonly jobs: JobsApi;
+  /** The dead-letter queue: list, show, replay and discard by filter (docs/DEAD-LETTERS.md). */
+  readonly deadLetters: DeadLettersApi;
   readonly versions: VersionsApi;
   private readonly retention: RetentionPolicy;
   private readonly admin: AdminQueries;
@@ -135,6 +192,12 @@ export class Mailroom {
     private readonly driver: Driver,
     options: MailroomOptions,
   ) {
+    super();
+    this.forwarding = new LazyForwarding(this);
+    this.redactPaths = checkRedactPaths(options.redact);
+    if (options.logger !== undefined) attachLogger(this, options.logger);
+    this.queueSettings = { ...options.queues };
+    this.metricsOptions = { ...options.metrics };
     this.schema = options.schema ?? 'mailroom';
     this.quotedSchema = quoteSchema(this.schema);
     this.queries = jobQueries(this.quotedSchema);
@@ -149,15 +212,35 @@ export class Mailroom {
     this.maxPayloadBytes = options.maxPayloadBytes ?? DEFAULT_MAX_PAYLOAD_BYTES;
     const rescueMs = toMilliseconds(options.rescueInterval ?? '5s', 'rescueInterval');
     this.retention = resolveRetention(options.retention);
-    this.maintenance = new Maintenance(driver, this.queries, retentionQueries(this.quotedSchema), this.retention, Math.max(10, rescueMs), (error) =>
-      console.error('[mailroom] maintenance:', this.explain(error).message),
+    this.maintenance = new Maintenance(driver, this.queries, retentionQueries(this.quotedSchema), this.retention, Math.max(10, rescueMs), (error) => {
+        const explained = this.explain(error);
+        if (this.listenerCount('error') > 0) this.emit('error', { origin: { component: 'maintenance' }, error: explained });
+        else console.error('[mailroom] maintenance:', explained.message);
+      },
+      (job) => emitRescued(this, job),
     );
     const admin = adminQueries(this.quotedSchema);
     this.admin = admin;
+    const correlation = correlationQueries(this.quotedSchema);
+    const deadLetters = deadLetterQueries(this.quotedSchema);
+    this.deadLetters = deadLettersApi({
+      driver: this.driver,
+      queries: deadLetters,
+      jobQueries: this.queries,
+      redactPaths: this.redactPaths,
+      ownerOf: (queue) => this.ownerOf(queue),
+      wakeChannel: `${this.schema}_wakeup`,
+      fail: (e) => this.fail(e),
+    });
     this.jobs = {
-      get: (id) => getJob(this.driver, this.queries, id).catch((e) => this.fail(e)),
+      get: (id) =>
+        getJob(this.driver, this.queries, id)
+          .then((info) => withReplayHistory(this.driver, deadLetters, info))
+          .then((info) => info && { ...info, data: redact(info.data, this.redactPaths) })
+          .catch((e) => this.fail(e)),
       cancel: (id) => cancelJob(this.driver, admin, id).catch((e) => this.fail(e)),
       retry: (id) => retryJob(this.driver, admin, id).catch((e) => this.fail(e)),
+      byCorrelation: (correlationId, opts) => readCorrelation(this.driver, correlation, correlationId, opts).catch((e) => this.fail(e)),
     };
     this.versions = {
       advance: (entity, version, opts = {}) =>
@@ -166,6 +249,16 @@ export class Mailroom {
   }
 
   private readonly maxPayloadBytes: number;
+
+  /**
+   * The team that owns `queue` (the `queues` option), or null.
+   *
+   * @example
+   * mailroom.ownerOf('email'); // 'growth'
+   */
+  ownerOf(queue: string): string | null {
+    return this.queueSettings[queue]?.owner ?? null;
+  }
 
   /** Which driver is in use: `'pg'` (a server) or `'pglite'` (embedded). */
   get databaseKind(): 'pg' | 'pglite' {
@@ -191,10 +284,11 @@ export class Mailroom {
   async enqueue<TData, TInput>(def: JobDefinition<TData, TInput>, data: TInput, options: EnqueueOptions = {}): Promise<string> {
     const { key, ...rest } = options;
     const many: EnqueueManyOptions<TInput> = key === undefined ? rest : { ...rest, key: () => key };
-    const [id] = await enqueueJobs(this.driver, this.queries, this.maxPayloadBytes, def, [data], many, this.retention.dedupKeysMs).catch((e) =>
+    const ids = await enqueueJobs(this.driver, this.queries, this.maxPayloadBytes, def, [data], many, this.retention.dedupKeysMs).catch((e) =>
       this.fail(e),
     );
-    return id!;
+    this.enqueued(def, ids, options.tx !== undefined);
+    return ids[0]!;
   }
 
   /**
@@ -205,7 +299,13 @@ export class Mailroom {
    */
   async enqueueMany<TData, TInput>(def: JobDefinition<TData, TInput>, data: readonly TInput[], options: EnqueueManyOptions<TInput> = {}): Promise<string[]> {
     if (!Array.isArray(data)) throw new ValidationError('enqueueMany: data must be an array', [{ path: 'data', message: 'not an array' }]);
-    return enqueueJobs(this.driver, this.queries, this.maxPayloadBytes, def, data, options, this.retention.dedupKeysMs).catch((e) => this.fail(e));
+    const ids = await enqueueJobs(this.driver, this.queries, this.maxPayloadBytes, def, data, options, this.retention.dedupKeysMs).catch((e) => this.fail(e));
+    this.enqueued(def, ids, options.tx !== undefined);
+    return ids;
+  }
+
+  private enqueued(def: { name: string; queue: string }, ids: string[], inTransaction: boolean): void {
+    if (ids.length > 0 && this.listenerCount('job.enqueued') > 0) this.emit('job.enqueued', { type: def.name, queue: def.queue, ids, inTransaction });
   }
 
   /**
@@ -285,6 +385,7 @@ export class Mailroom {
   relay(options: RelayOptions = {}): Relay {
     const resolved = resolveRelayOptions(options, internalTarget(this.fanOutQueries));
     const relay = new Relay(this.driver, this.relayQueries, this.outboxQueries, `${this.schema}_outbox`, resolved);
+    forwardRelay(relay, this, this.forwarding);
     this.relays.add(relay);
     return relay;
   }
@@ -304,9 +405,10 @@ export class Mailroom {
    */
   consumer(options: ConsumerOptions): Consumer {
     const consumer = new Consumer(
-      { driver: this.driver, queries: this.consumerQueries, fanOut: this.fanOutQueries, ingest: this.ingestQueries, makeWorker: (workerOptions) => this.worker(workerOptions) },
+      { driver: this.driver, queries: this.consumerQueries, fanOut: this.fanOutQueries, ingest: this.ingestQueries, makeWorker: (workerOptions) => this.makeWorker(workerOptions, false) },
       options,
     );
+    forwardConsumer(consumer, this, this.forwarding);
     this.consumers.add(consumer);
     return consumer;
   }
@@ -319,6 +421,11 @@ export class Mailroom {
    * await worker.start();
    */
   worker(options: WorkerOptions): Worker {
+    return this.makeWorker(options, true);
+  }
+
+  /** A worker whose job events reach `mailroom.on`; `errors`: its errors too (a consumer's worker reports through its consumer). */
+  private makeWorker(options: WorkerOptions, errors: boolean): Worker {
     checkRetentionAgainst(
       this.retention,
       Object.keys(options.handlers ?? {}).flatMap((name) => {
@@ -328,6 +435,7 @@ export class Mailroom {
     );
     const maintenance = options.maintenance === false ? undefined : this.maintenance;
     const worker = new Worker(this.driver, this.queries, this.stepQueries, this.controlQueries, this.quotedSchema, `${this.schema}_wakeup`, options, maintenance);
+    forwardWorker(worker, this, this.forwarding, { errors });
     this.workers.add(worker);
     return worker;
   }
@@ -346,6 +454,44 @@ export class Mailroom {
       this.fail(e),
     );
     return { ...base, ...events };
+  }
+
+  /**
+   * Prometheus text exposition: per queue depth, age, rates, durations, dead
+   * letters and `mailroom_desired_workers`; relay and consumer lag; process
+   * metrics (docs/OPERATIONS.md). Serve it with {@link metricsContentType}.
+   *
+   * @example
+   * res.setHeader('Content-Type', mailroom.metricsContentType); res.end(await mailroom.metrics());
+   */
+  async metrics(): Promise<string> {
+    return this.metricsOf().text();
+  }
+
+  /**
+   * The Content-Type of {@link metrics}' text (Prometheus text format 0.0.4).
+   *
+   * @example
+   * res.writeHead(200, { 'content-type': mailroom.metricsContentType });
+   */
+  get metricsContentType(): string {
+    return this.metricsOf().registry.contentType;
+  }
+
+  /**
+   * This instance's prom-client Registry (never the global one), to merge with
+   * your own. Made on first use of it, `metrics()` or `metricsContentType`;
+   * event counters count from then on, so touch it at startup.
+   *
+   * @example
+   * const registry = Registry.merge([mailroom.metricsRegistry, appRegistry]);
+   */
+  get metricsRegistry(): Registry {
+    return this.metricsOf().registry;
+  }
+
+  private metricsOf(): MailroomMetrics {
+    return (this.metricsState ??= createMetrics(this, this.metricsOptions));
   }
 
   /**
@@ -398,6 +544,7 @@ export async function createMailroom(options: MailroomOptions = {}): Promise<Mai
   const poolSize = options.poolSize ?? 20;
   if (!Number.isInteger(poolSize) || poolSize < 2) throw new ValidationError('poolSize must be an integer of 2 or more', [{ path: 'poolSize', message: 'invalid' }]);
   checkRetentionAgainst(resolveRetention(options.retention), registeredJobs());
+  checkMetricsOptions(options.metrics);
   if (options.source !== undefined) assertSource(options.source, 'source');
   const driver = await connect(options.database as DatabaseOption | undefined, poolSize);
   return new Mailroom(driver, options);
