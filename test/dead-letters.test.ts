@@ -351,6 +351,38 @@ for (const db of testDatabases()) {
       assert.equal((await mailroom.deadLetters.list({ ids: [head] })).items.length, 0);
     });
 
+    it('replay of a dead head that holds its ordering key (onDead: hold): it runs first, then the jobs waiting behind it, in order', async () => {
+      const t = await db.open();
+      const { mailroom, schema, sql } = t;
+      const def = defineJob<Item>('dl.held', { queue: 'dl-held', retry: { maxAttempts: 1 }, ordering: { onDead: 'hold' } });
+      let fixed = false;
+      const ran: string[] = [];
+      const worker = mailroom.worker({
+        queues: ['dl-held'],
+        pollInterval: 10,
+        handlers: {
+          [def.name]: (job: Job<Item>) => {
+            ran.push(job.data.message);
+            if (job.data.message === 'first' && !fixed) throw new PermanentError('bug in the handler');
+          },
+        },
+      });
+      const head = await mailroom.enqueue(def, { message: 'first' }, { orderingKey: 'ledger:7' });
+      const failed = waitForEvents(worker, 'failed', 1);
+      await worker.start();
+      await failed;
+      await mailroom.enqueueMany(def, [{ message: 'second' }, { message: 'third' }], { orderingKey: 'ledger:7' });
+      const waiting = await sql<{ n: number }>(`SELECT count(*)::int AS n FROM "${schema}".jobs WHERE queue = 'dl-held' AND blocked`);
+      assert.equal(waiting[0]?.n, 2, 'both wait behind the dead head');
+      fixed = true; // the bug is fixed and deployed; the operator replays the dead letter
+      const completed = waitForEvents(worker, 'completed', 3);
+      const result = await mailroom.deadLetters.replay({ ids: [head] });
+      assert.equal(result.replayed, 1);
+      await completed;
+      await worker.stop();
+      assert.deepEqual(ran, ['first', 'first', 'second', 'third'], 'the replayed head keeps its place: the key is never handed on');
+    });
+
     it('reports ids that are not dead letters as notFound, and leaves a dead letter whose dedup key is taken', async () => {
       const t = await db.open();
       const { mailroom } = t;
