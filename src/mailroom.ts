@@ -19,7 +19,7 @@ import { checkRetentionAgainst, resolveRetention, type RetentionOptions, type Re
 import { retentionQueries } from './jobs/retention-queries.ts';
 import { controlQueries, type ControlQueries } from './jobs/control-queries.ts';
 import { findJob, registeredJobs } from './registry.ts';
-import { migrate } from './storage/migrations.ts';
+import { migrate, type MigrationProgress } from './storage/migrations.ts';
 import { explainDatabaseError } from './storage/explain.ts';
 import { Maintenance } from './worker/maintenance.ts';
 import { Worker, type WorkerOptions } from './worker/worker.ts';
@@ -267,12 +267,13 @@ export class Mailroom extends SafeEmitter<MailroomEvents> {
 
   /**
    * Creates or upgrades mailroom's tables. Safe to run from several processes at once.
+   * `onProgress` hears each migration before it is applied, and the end.
    *
    * @example
    * await mailroom.migrate();
    */
-  async migrate(): Promise<{ applied: number[] }> {
-    return migrate(this.driver, this.schema);
+  async migrate(options: { onProgress?: MigrationProgress } = {}): Promise<{ applied: number[] }> {
+    return migrate(this.driver, this.schema, options.onProgress);
   }
 
   /**

@@ -105,9 +105,17 @@ describe('mailroom command line', () => {
     assert.equal(applied.schema, 'cli_test');
     assert.ok(applied.applied.includes('0001_jobs'), first.stdout);
     assert.ok(existsSync(join(dir, '.mailroom')), 'the embedded database lives in ./.mailroom');
+    assert.equal(first.stderr, '', '--json prints no progress');
     const again = await mailroom(['migrate', '--schema', 'cli_test'], { cwd: dir, timeoutMs: 60_000 });
     assert.equal(again.code, 0, again.stderr);
     assert.match(again.stdout, /up to date/);
+    assert.equal(again.stderr, '', 'nothing to apply: no progress');
+    // For people: progress on stderr (lines, as stderr is not a terminal here), the result on stdout.
+    const other = await mailroom(['migrate', '--schema', 'cli_test_progress'], { cwd: dir, timeoutMs: 60_000 });
+    assert.equal(other.code, 0, other.stderr);
+    const total = applied.applied.length;
+    assert.deepEqual(other.stderr.trim().split('\n'), [`migrate: 0/${total} (0%)`, `migrate: ${total}/${total} (100%)`]);
+    assert.match(other.stdout, new RegExp(`^Applied ${total} migrations to schema "cli_test_progress"`));
   });
 
   test('demo on the embedded database: in-process crashes, nothing lost, nothing run after completion', async () => {

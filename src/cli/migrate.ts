@@ -3,6 +3,7 @@ import { createMailroom } from '../mailroom.ts';
 import { migrations } from '../storage/migrations.ts';
 import { schemaOption, stringOption, type CommandSpec } from './args.ts';
 import { describeTarget, openDatabase, resolveTarget } from './database.ts';
+import { startProgress, type Progress } from './progress.ts';
 
 /** The `migrate` command. */
 export const migrateCommand: CommandSpec = {
@@ -25,7 +26,18 @@ export const migrateCommand: CommandSpec = {
     try {
       const mailroom = await createMailroom({ database: db.handle, schema });
       try {
-        ({ applied } = await mailroom.migrate());
+        // Progress on stderr (a bar on a terminal, lines elsewhere); the result goes to stdout.
+        let progress: Progress | undefined;
+        ({ applied } = await mailroom.migrate({
+          onProgress: values.json
+            ? undefined
+            : ({ done, total, next }) => {
+                if (total === 0) return;
+                progress ??= startProgress(io.err, 'migrate', total);
+                progress.update(done);
+                if (next === null) progress.finish();
+              },
+        }));
       } finally {
         await mailroom.close();
       }

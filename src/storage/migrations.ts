@@ -48,7 +48,10 @@ export function migrationSql(migration: Migration, schema: string): string {
  * advisory lock per schema, so several processes may call it at once: one
  * applies, the others wait and then find nothing to do.
  */
-export async function migrate(driver: Driver, schema: string): Promise<{ applied: number[] }> {
+/** Where `migrate` reports each step: the migration about to be applied (`done` of `total` pending applied so far), and at the end. */
+export type MigrationProgress = (step: { done: number; total: number; next: { version: number; name: string } | null }) => void;
+
+export async function migrate(driver: Driver, schema: string, onProgress?: MigrationProgress): Promise<{ applied: number[] }> {
   const quoted = quoteSchema(schema);
   const all = migrations();
   return driver.transaction(async (tx) => {
@@ -69,11 +72,13 @@ export async function migrate(driver: Driver, schema: string): Promise<{ applied
       );
     }
     const applied: number[] = [];
-    for (const migration of all) {
-      if (done.has(migration.version)) continue;
+    const pending = all.filter((m) => !done.has(m.version));
+    for (const migration of pending) {
+      onProgress?.({ done: applied.length, total: pending.length, next: { version: migration.version, name: migration.name } });
       await tx.exec(migrationSql(migration, schema)); // records itself in <schema>.migrations
       applied.push(migration.version);
     }
+    onProgress?.({ done: applied.length, total: pending.length, next: null });
     return { applied };
   });
 }
