@@ -2,7 +2,6 @@
 import { ValidationError } from '../errors.ts';
 import { getJob } from '../jobs/get.ts';
 import type { JobQueries } from '../jobs/queries.ts';
-import { redact } from '../observe/redact.ts';
 import type { Driver } from '../storage/driver.ts';
 import { decodeCursor, encodeCursor } from './cursor.ts';
 import type { DeadLetterQueries } from './dead-letter-queries.ts';
@@ -85,20 +84,23 @@ export async function listDeadLetters(deps: ReadDeps, filter: DeadLetterFilter |
 export async function showDeadLetter(deps: ReadDeps, id: string): Promise<DeadLetterDetail | undefined> {
   const info = await withReplayHistory(deps.driver, deps.queries, await getJob(deps.driver, deps.jobQueries, id));
   if (!info || info.state !== 'dead') return undefined;
-  return {
+  // The same shape as a listed row, so both go through toDeadLetter.
+  const row: DeadLetterRow = {
     id: info.id,
     queue: info.queue,
-    owner: deps.ownerOf(info.queue),
     type: info.type,
-    category: info.lastError?.category ?? info.deadReason ?? 'unknown',
-    reason: info.deadReason,
-    message: info.lastError?.message ?? null,
-    attempts: info.attempts,
-    maxAttempts: info.maxAttempts,
-    correlationId: info.correlationId,
-    firstSeenAt: info.createdAt,
-    diedAt: info.finishedAt ?? info.createdAt,
-    data: redact(info.data, deps.redactPaths),
+    dead_reason: info.deadReason,
+    last_error: info.lastError,
+    attempt: info.attempts,
+    max_attempts: info.maxAttempts,
+    correlation_id: info.correlationId,
+    created_at: info.createdAt,
+    finished_at: info.finishedAt ?? info.createdAt,
+    payload: info.data,
+    died_at_exact: '',
+  };
+  return {
+    ...toDeadLetter(row, deps),
     key: info.key,
     orderingKey: info.orderingKey,
     priority: info.priority,
