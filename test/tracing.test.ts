@@ -11,7 +11,9 @@ import assert from 'node:assert/strict';
 import { context, trace } from '@opentelemetry/api';
 import { AsyncLocalStorageContextManager } from '@opentelemetry/context-async-hooks';
 import { BasicTracerProvider, InMemorySpanExporter, SimpleSpanProcessor, type ReadableSpan } from '@opentelemetry/sdk-trace-base';
-import { defineEvent, defineJob, handleEvent, logContext, withCorrelation, type Job } from '../src/index.ts';
+import { Writable } from 'node:stream';
+import pino from 'pino';
+import { defineEvent, defineJob, handleEvent, logContext, PermanentError, withCorrelation, type Job } from '../src/index.ts';
 import { testDatabases } from './helpers/databases.ts';
 import { eventually, waitForEvents } from './helpers/events.ts';
 
@@ -173,3 +175,48 @@ for (const db of testDatabases()) {
     });
   });
 }
+
+describe('mailroom with a real pino logger', () => {
+  it("pino as `logger` and `logContext` as pino's mixin: mailroom's lines and the handler's own carry the job and correlation id", async () => {
+    const db = testDatabases()[0]!;
+    const lines: Record<string, unknown>[] = [];
+    const sink = new Writable({
+      write(chunk: Buffer, _encoding, callback) {
+        for (const line of chunk.toString().split('\n')) if (line.trim()) lines.push(JSON.parse(line) as Record<string, unknown>);
+        callback();
+      },
+    });
+    const log = pino({ level: 'debug', mixin: logContext }, sink);
+    const t = await db.open({ logger: log });
+    const job = defineJob<{ n: number }>('trace.pino', { queue: 'trace-pino', retry: { maxAttempts: 1 } });
+    const worker = t.mailroom.worker({
+      queues: ['trace-pino'],
+      pollInterval: 10,
+      handlers: {
+        [job.name]: (j: Job<{ n: number }>) => {
+          log.info({ n: j.data.n }, 'handling');
+          if (j.data.n === 2) throw new PermanentError('bad input');
+        },
+      },
+    });
+    const done = waitForEvents(worker, 'failed', 1);
+    const ids = await withCorrelation('req-pino', () => t.mailroom.enqueueMany(job, [{ n: 1 }, { n: 2 }]));
+    await worker.start();
+    await done;
+    await eventually(() => lines.some((l) => l.msg === `job trace.pino completed`), 5000, 'the completed line');
+    await worker.stop();
+    const handling = lines.filter((l) => l.msg === 'handling');
+    assert.deepEqual(handling.map((l) => [l.n, l.jobId, l.correlationId, l.queue]).sort(), [
+      [1, ids[0], 'req-pino', 'trace-pino'],
+      [2, ids[1], 'req-pino', 'trace-pino'],
+    ]);
+    const dead = lines.find((l) => l.msg === 'job trace.pino sent to the dead-letter queue');
+    assert.equal(dead?.level, 50, 'an error line');
+    assert.equal(dead?.jobId, ids[1]);
+    assert.equal(dead?.correlationId, 'req-pino');
+    assert.equal(dead?.category, 'permanent');
+    const completed = lines.find((l) => l.msg === 'job trace.pino completed');
+    assert.equal(completed?.level, 20, 'a debug line');
+    assert.equal(completed?.jobId, ids[0]);
+  });
+});
