@@ -20,6 +20,7 @@ import { PGlite } from '@electric-sql/pglite';
 import pg from 'pg';
 import { createMailroom, type Mailroom } from '../src/index.ts';
 import { effectsTable, work } from './fixtures/config/jobs.ts';
+import { eventsTable, noted } from './fixtures/config/events.ts';
 import { freePort } from './helpers/brokers/free-port.ts';
 
 const MAIN = fileURLToPath(new URL('../src/cli/main.ts', import.meta.url));
@@ -311,6 +312,28 @@ test('start from the mailroom.config.json of the current directory, with a relay
     child.stdout.trim().split('\n').slice(-2).map((line) => (JSON.parse(line) as { event: string }).event),
     ['stopping', 'stopped'],
   );
+});
+
+test('start from an .mjs config with a consumer group and a relay: every event published while it runs takes effect once', { skip: databaseUrl ? false : 'needs TEST_DATABASE_URL: the test publishes while start runs' }, async (t) => {
+  const db = await makeDb(t);
+  await db.use((_mailroom, sql) => sql(`CREATE TABLE ${eventsTable(db.schema)} (event_id uuid NOT NULL, n int NOT NULL)`));
+  const child = new Child(['start', '--config', join(FIXTURES, 'consumer.config.mjs'), ...db.args], { env: { MAILROOM_TEST_SCHEMA: db.schema } });
+  t.after(() => child.stop());
+  await child.printed(/^running;/m);
+  assert.match(child.stdout, /^consumer group cfg-ledger: cfgtest.noted from the outbox \(internal\)$/m, child.output);
+  assert.match(child.stdout, /^relay \S+: targets internal/m, child.output);
+  assert.doesNotMatch(child.stdout, /^metrics:/m, 'metrics: false serves no endpoint');
+  const ids = await db.use(async (mailroom) => (await mailroom.publishMany(noted, [1, 2, 3, 4, 5].map((n) => ({ n })))).ids);
+  const deadline = Date.now() + 20_000;
+  let rows: { event_id: string; n: number }[] = [];
+  while (Date.now() < deadline) {
+    rows = await db.use((_mailroom, sql) => sql<{ event_id: string; n: number }>(`SELECT event_id, n FROM ${eventsTable(db.schema)} ORDER BY n`));
+    if (rows.length >= 5) break;
+    await new Promise((resolve) => setTimeout(resolve, 50));
+  }
+  child.signal('SIGTERM');
+  assert.equal(await child.until(child.exited, 'the exit'), 0, child.output);
+  assert.deepEqual(rows.map((r) => [r.event_id, r.n]), ids.map((id, i) => [id, i + 1]), `each event once\n${child.output}`);
 });
 
 test('config mistakes exit 2 and name the file, the line and the fix', async () => {
