@@ -23,6 +23,11 @@ export class PgDriver implements Driver {
       // An idle client losing its connection (server restart, terminated backend)
       // must not crash the process; the pool replaces it on next use.
       pool.on('error', () => {});
+      // A new connection is handed over from inside node-postgres' message loop, and `await pool.connect()`
+      // resumes only after that loop: if the same read also carries the session's end (FATAL 57P01 from
+      // pg_terminate_backend or a restart), the 'error' event would find no listener and crash the
+      // process. Errors of a checked-out client surface on its next query instead.
+      pool.on('connect', (client) => client.on('error', () => {}));
     }
   }
 
