@@ -20,21 +20,31 @@ export interface DeadLetterQueries {
  * NULL for "any") over dead jobs `j`. The category matches the last error's category or the dead
  * reason (`max-attempts`, `max-age`). Every value is a bind parameter (see filter.ts).
  */
-const MATCHES = `j.state = 'dead'
-    AND ($1::text IS NULL OR j.queue = $1::text)
-    AND ($2::text IS NULL OR j.type = $2::text)
-    AND ($3::text IS NULL OR j.last_error->>'category' = $3::text OR j.dead_reason = $3::text)
-    AND ($4::timestamptz IS NULL OR j.finished_at >= $4::timestamptz)
-    AND ($5::timestamptz IS NULL OR j.finished_at <= $5::timestamptz)
-    AND ($6::uuid[] IS NULL OR j.id = ANY($6::uuid[]))
-    AND ($7::text IS NULL OR j.last_error->>'message' ILIKE $7::text ESCAPE '\\')`;
+function matches(j: string): string {
+  return `${j}.state = 'dead'
+    AND ($1::text IS NULL OR ${j}.queue = $1::text)
+    AND ($2::text IS NULL OR ${j}.type = $2::text)
+    AND ($3::text IS NULL OR ${j}.last_error->>'category' = $3::text OR ${j}.dead_reason = $3::text)
+    AND ($4::timestamptz IS NULL OR ${j}.finished_at >= $4::timestamptz)
+    AND ($5::timestamptz IS NULL OR ${j}.finished_at <= $5::timestamptz)
+    AND ($6::uuid[] IS NULL OR ${j}.id = ANY($6::uuid[]))
+    AND ($7::text IS NULL OR ${j}.last_error->>'message' ILIKE $7::text ESCAPE '\\')`;
+}
+const MATCHES = matches('j');
 
 const UNFINISHED = `('scheduled', 'available', 'active', 'retrying')`;
 
-/** A dead job `j` whose dedup key an unfinished job holds now: replaying it would break the key's uniqueness. */
+/**
+ * A dead job `j` whose dedup key an unfinished job holds now, or a matching dead job of the same
+ * key that died before it (replayed first, it will hold the key): replaying `j` would break the
+ * key's uniqueness. The filter's parameters are the ones of MATCHES.
+ */
 function keyHeld(s: string): string {
-  return `j.dedup_key IS NOT NULL AND EXISTS (
-      SELECT 1 FROM ${s}.jobs AS o WHERE o.type = j.type AND o.dedup_key = j.dedup_key AND o.state IN ${UNFINISHED})`;
+  return `j.dedup_key IS NOT NULL AND (EXISTS (
+      SELECT 1 FROM ${s}.jobs AS o WHERE o.type = j.type AND o.dedup_key = j.dedup_key AND o.state IN ${UNFINISHED})
+    OR EXISTS (
+      SELECT 1 FROM ${s}.jobs AS d WHERE d.type = j.type AND d.dedup_key = j.dedup_key AND d.id <> j.id
+         AND (d.finished_at, d.id) < (j.finished_at, j.id) AND ${matches('d')}))`;
 }
 
 /** The columns of a dead letter (see DeadLetterRow in dead-letter.ts). */

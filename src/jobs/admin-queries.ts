@@ -8,6 +8,7 @@ export interface AdminQueries {
   retry: NamedQuery;
   stateOf: NamedQuery;
   retryBudgetOf: NamedQuery;
+  dedupHolderOf: NamedQuery;
   queueCounts: NamedQuery;
   completedLastMinute: NamedQuery;
   failedLastMinute: NamedQuery;
@@ -50,6 +51,13 @@ export function adminQueries(quotedSchema: string): AdminQueries {
     ),
     stateOf: q('state_of', `SELECT state FROM ${s}.jobs WHERE id = $1`),
     retryBudgetOf: q('retry_budget_of', `SELECT type, max_attempts FROM ${s}.jobs WHERE id = $1`),
+    // $1 id: the unfinished job of the same type that holds this job's dedup key now, if any.
+    dedupHolderOf: q(
+      'dedup_holder_of',
+      `SELECT o.id, o.state, j.dedup_key FROM ${s}.jobs AS j
+         JOIN ${s}.jobs AS o ON o.type = j.type AND o.dedup_key = j.dedup_key AND o.id <> j.id
+        WHERE j.id = $1 AND o.state IN ('scheduled', 'available', 'active', 'retrying')`,
+    ),
     queueCounts: q(
       'queue_counts',
       `SELECT queue,

@@ -1,0 +1,258 @@
+/**
+ * Race tests (issue #8): fast-check's scheduler chooses the order of the database
+ * steps of several actors (workers, maintenance, an operator) around one job, and
+ * shrinks a failing order to a minimal one. Every interleaving of whole statements
+ * runs on both databases (`stepwise`); on PostgreSQL the steps also really overlap
+ * on separate connections (`overlap`). What must hold in every order: no job is
+ * claimed twice, exactly one of a stale and a current attempt wins, and the
+ * loser's write is refused by the fencing predicate.
+ *
+ * RACE_RUNS=500 node --import tsx --test test/races.test.ts   # a longer run
+ */
+import { test } from 'node:test';
+import assert from 'node:assert/strict';
+import fc from 'fast-check';
+import { defineJob } from '../src/index.ts';
+import { quoteSchema } from '../src/identifiers.ts';
+import { jobQueries, type JobQueries } from '../src/jobs/queries.ts';
+import { connect } from '../src/storage/connect.ts';
+import type { Driver } from '../src/storage/driver.ts';
+import type { ClaimedRow } from '../src/worker/types.ts';
+import { completeInTransaction, HandlerTransaction } from '../src/worker/handler-tx.ts';
+import { testDatabases, type TestDatabase, type TestMailroom } from './helpers/databases.ts';
+import { interleave, type Mode } from './helpers/interleave.ts';
+
+const QUEUE = 'race';
+const raceJob = defineJob<{ n: number }>('race.job', { queue: QUEUE, retry: { maxAttempts: 5, backoff: { base: '0ms', max: '0ms' } } });
+const RUNS = Number(process.env.RACE_RUNS ?? 40);
+const LEASE_MS = 3_600_000;
+
+interface Bench extends TestMailroom {
+  driver: Driver;
+  queries: JobQueries;
+  s: string;
+  reset(): Promise<void>;
+  claim(n: number, worker: string): Promise<ClaimedRow[]>;
+  /** Makes the job's lease run out (the worker paused past it). */
+  expire(id: string): Promise<void>;
+  row(id: string): Promise<{ state: string; claim_count: number; attempt: number; locked_until: Date | null }>;
+}
+
+async function openBench(db: TestDatabase, after: (fn: () => Promise<void>) => void): Promise<Bench> {
+  const opened = await db.open();
+  const driver = await connect(await db.handle(), 2);
+  after(() => driver.close());
+  const s = quoteSchema(opened.schema);
+  const queries = jobQueries(s);
+  await opened.sql(`CREATE TABLE ${s}.race_effects (job_id uuid NOT NULL, claim int NOT NULL)`);
+  return {
+    ...opened,
+    driver,
+    queries,
+    s,
+    reset: async () => {
+      await opened.sql(`TRUNCATE ${s}.jobs, ${s}.job_errors, ${s}.ordering_keys, ${s}.race_effects CASCADE`);
+    },
+    claim: async (n, worker) => (await driver.run<ClaimedRow>(queries.claim, [QUEUE, n, LEASE_MS, worker])).rows,
+    expire: async (id) => {
+      await opened.sql(`UPDATE ${s}.jobs SET locked_until = now() - interval '1 second' WHERE id = $1`, [id]);
+    },
+    row: async (id) =>
+      (await opened.sql<{ state: string; claim_count: number; attempt: number; locked_until: Date | null }>(
+        `SELECT state, claim_count, attempt, locked_until FROM ${s}.jobs WHERE id = $1`,
+        [id],
+      ))[0]!,
+  };
+}
+
+/** The modes a database supports: PGlite has one connection, so nothing overlaps there. */
+function modes(db: TestDatabase): fc.Arbitrary<Mode> {
+  return db.name === 'postgres' ? fc.constantFrom<Mode>('stepwise', 'overlap') : fc.constant<Mode>('stepwise');
+}
+
+for (const db of testDatabases()) {
+  test(`${db.name}: workers claiming at once never claim a job twice, nor two jobs of one ordering key`, async (t) => {
+    const bench = await openBench(db, (fn) => t.after(fn));
+    await fc.assert(
+      fc.asyncProperty(
+        fc.scheduler(),
+        modes(db),
+        fc.array(fc.constantFrom<string | null>(null, 'a', 'b'), { minLength: 1, maxLength: 8 }),
+        fc.array(fc.array(fc.integer({ min: 1, max: 4 }), { minLength: 1, maxLength: 3 }), { minLength: 2, maxLength: 3 }),
+        async (s, mode, keys, workers) => {
+          await bench.reset();
+          for (const [n, key] of keys.entries()) await bench.mailroom.enqueue(raceJob, { n }, key === null ? {} : { orderingKey: key });
+          const actors = Object.fromEntries(workers.map((batches, w) => [`worker ${w}`, batches.map((n) => () => bench.claim(n, `w${w}`))]));
+          const results = await interleave(s, mode, actors);
+          const claimed = Object.values(results).flat(2) as ClaimedRow[];
+          const ids = claimed.map((r) => r.id);
+          assert.equal(new Set(ids).size, ids.length, 'a job was claimed twice');
+          const active = await bench.sql<{ id: string; ordering_key: string | null; claim_count: number }>(
+            `SELECT id, ordering_key, claim_count FROM ${bench.s}.jobs WHERE state = 'active' ORDER BY id`,
+          );
+          assert.deepEqual(active.map((r) => r.id), [...ids].sort(), 'the active jobs are exactly the claimed ones');
+          assert.ok(active.every((r) => r.claim_count === 1));
+          const keysActive = active.flatMap((r) => (r.ordering_key === null ? [] : [r.ordering_key]));
+          assert.equal(new Set(keysActive).size, keysActive.length, 'two jobs of one ordering key are active at once');
+          // Nothing claimable was left while a claim came back short in stepwise order (in overlap, SKIP LOCKED may).
+          if (mode === 'stepwise' && workers.flat().reduce((a, b) => a + b, 0) > claimed.length) {
+            const left = await bench.sql<{ n: number }>(`SELECT count(*)::int AS n FROM ${bench.s}.jobs WHERE state = 'available' AND NOT blocked`);
+            assert.equal(left[0]!.n, 0, 'claims came back short with jobs left to claim');
+          }
+        },
+      ),
+      { numRuns: RUNS, includeErrorInReport: true },
+    );
+  });
+
+  test(`${db.name}: a stale worker's completion racing the rescue and the next claim: exactly one attempt wins`, async (t) => {
+    const bench = await openBench(db, (fn) => t.after(fn));
+    await fc.assert(
+      fc.asyncProperty(fc.scheduler(), modes(db), fc.constantFrom('complete', 'fail'), async (s, mode, stale) => {
+        await bench.reset();
+        const id = await bench.mailroom.enqueue(raceJob, { n: 1 });
+        const [first] = await bench.claim(1, 'paused');
+        await bench.expire(id); // the first worker was paused past its lease
+        let nextClaim: number | null = null;
+        const results = await interleave(s, mode, {
+          paused: [
+            async () =>
+              stale === 'complete'
+                ? (await bench.driver.run(bench.queries.complete, [[id], [first!.claim_count]])).rowCount === 1
+                : (await bench.driver.run(bench.queries.fail, [id, first!.claim_count, true, 0, 'max-attempts', 'transient', 'late failure', null])).rowCount === 1,
+          ],
+          maintenance: [async () => (await bench.mailroom.maintain()).rescued],
+          next: [
+            async () => (nextClaim = (await bench.claim(1, 'next'))[0]?.claim_count ?? null),
+            // The next worker completes what it claimed (if anything).
+            async () => nextClaim !== null && (await bench.driver.run(bench.queries.complete, [[id], [nextClaim]])).rowCount === 1,
+          ],
+        });
+        const staleWon = results.paused![0] as boolean;
+        const rescued = results.maintenance![0] as number;
+        const nextWon = results.next![1] as boolean;
+        // The paused worker may still finish if nobody took the job over yet; after the rescue it cannot.
+        assert.equal(staleWon, rescued === 0, `the stale ${stale} took effect: ${staleWon}, rescued: ${rescued}`);
+        if (stale === 'complete') assert.ok(!(staleWon && nextWon), 'both attempts completed the job');
+        if (nextClaim !== null) assert.equal(nextClaim, 2);
+        assert.equal((await bench.row(id)).state, (stale === 'complete' && staleWon) || nextWon ? 'completed' : 'retrying');
+        const errors = await bench.sql<{ claim: number; category: string }>(`SELECT claim, category FROM ${bench.s}.job_errors WHERE job_id = $1`, [id]);
+        // One error for the first attempt: the stale failure's or the rescue's, never both.
+        const expected = staleWon ? (stale === 'fail' ? [{ claim: 1, category: 'transient' }] : []) : [{ claim: 1, category: 'lease-expired' }];
+        assert.deepEqual(errors, expected);
+      }),
+      { numRuns: RUNS, includeErrorInReport: true },
+    );
+  });
+
+  test(`${db.name}: a heartbeat racing a rescue and the completion: the lease is either renewed or lost, never both`, async (t) => {
+    const bench = await openBench(db, (fn) => t.after(fn));
+    await fc.assert(
+      fc.asyncProperty(fc.scheduler(), modes(db), async (s, mode) => {
+        await bench.reset();
+        const id = await bench.mailroom.enqueue(raceJob, { n: 1 });
+        const [claimed] = await bench.claim(1, 'w');
+        await bench.expire(id); // a heartbeat is late
+        const token = [[id], [claimed!.claim_count]];
+        const results = await interleave(s, mode, {
+          worker: [
+            async () => (await bench.driver.run(bench.queries.heartbeat, [...token, LEASE_MS])).rowCount === 1,
+            async () => (await bench.driver.run(bench.queries.complete, token)).rowCount === 1,
+            async () => (await bench.driver.run(bench.queries.heartbeat, [...token, LEASE_MS])).rowCount === 1,
+          ],
+          maintenance: [async () => (await bench.mailroom.maintain()).rescued],
+        });
+        const [renewed, completed, lateBeat] = results.worker as boolean[];
+        const rescued = results.maintenance![0] as number;
+        const row = await bench.row(id);
+        assert.equal(lateBeat, false, 'a heartbeat after the completion renewed a finished job');
+        assert.equal(completed, rescued === 0, 'the completion and the rescue both took effect, or neither');
+        if (renewed) assert.equal(rescued, 0, 'a renewed lease was rescued');
+        assert.equal(row.state, completed ? 'completed' : 'retrying');
+        if (completed) assert.equal(row.locked_until, null);
+      }),
+      { numRuns: RUNS, includeErrorInReport: true },
+    );
+  });
+
+  test(`${db.name}: cancel and retry racing a claim: the job is claimed once or cancelled, never both`, async (t) => {
+    const bench = await openBench(db, (fn) => t.after(fn));
+    await fc.assert(
+      fc.asyncProperty(fc.scheduler(), modes(db), fc.constantFrom('cancel', 'retry'), fc.boolean(), async (s, mode, action, waitingLater) => {
+        await bench.reset();
+        // A job due now, or one retrying in an hour (claimable only once jobs.retry runs it now).
+        const id = await bench.mailroom.enqueue(raceJob, { n: 1 }, waitingLater ? { delay: '1h' } : {});
+        const results = await interleave(s, mode, {
+          claims: [async () => bench.claim(1, 'a'), async () => bench.claim(1, 'b')],
+          operator: [async () => (action === 'cancel' ? bench.mailroom.jobs.cancel(id) : bench.mailroom.jobs.retry(id))],
+        });
+        const claimed = (results.claims as ClaimedRow[][]).flat();
+        const done = results.operator![0] as { changed: boolean; state: string | undefined };
+        const row = await bench.row(id);
+        assert.ok(claimed.length <= 1, 'claimed twice');
+        if (action === 'cancel') {
+          assert.ok(!(done.changed && claimed.length === 1), 'cancelled and claimed');
+          assert.equal(row.state, claimed.length === 1 ? 'active' : 'cancelled');
+          if (!done.changed) assert.equal(done.state, 'active');
+        } else if (waitingLater) {
+          // Delayed: claimable only once the retry made it due.
+          assert.deepEqual(done, { changed: true, state: 'available' });
+          assert.equal(row.state, claimed.length === 1 ? 'active' : 'available');
+        } else {
+          // Overlapping, both claims may skip the row while the retry holds its lock (SKIP LOCKED): the
+          // job stays available for the next poll. One at a time, a claim always finds it.
+          if (mode === 'stepwise') assert.equal(claimed.length, 1, 'a job due now was not claimed');
+          assert.equal(row.state, claimed.length === 1 ? 'active' : 'available');
+          assert.ok(done.changed ? done.state === 'available' : done.state === 'active', JSON.stringify(done));
+        }
+        assert.ok(claimed.every((r) => r.claim_count === 1));
+      }),
+      { numRuns: RUNS, includeErrorInReport: true },
+    );
+  });
+}
+
+// A completion through ctx.tx holds its own transaction open while the rescue and the next claim run:
+// PostgreSQL only (PGlite has one connection, which that transaction would hold).
+for (const db of testDatabases().filter((d) => d.name === 'postgres')) {
+  test(`${db.name}: a stale ctx.tx completion racing the rescue and the next attempt: one effect, the winner's`, async (t) => {
+    const bench = await openBench(db, (fn) => t.after(fn));
+    await fc.assert(
+      fc.asyncProperty(fc.scheduler(), modes(db), async (s, mode) => {
+        await bench.reset();
+        const id = await bench.mailroom.enqueue(raceJob, { n: 1 });
+        const [first] = await bench.claim(1, 'paused');
+        await bench.expire(id);
+        const attempt = (claim: () => Promise<number | null>) => {
+          let tx: HandlerTransaction | undefined;
+          let token: number | null = null;
+          return [
+            async () => {
+              token = await claim();
+              if (token === null) return;
+              tx = new HandlerTransaction(bench.driver, id, LEASE_MS);
+              await tx.queryable.query(`INSERT INTO ${bench.s}.race_effects (job_id, claim) VALUES ($1, $2)`, [id, token]);
+            },
+            async () => (tx && token !== null ? tx.commitWith(completeInTransaction(bench.queries, id, token)) : false),
+          ];
+        };
+        const results = await interleave(s, mode, {
+          paused: attempt(async () => first!.claim_count),
+          maintenance: [async () => (await bench.mailroom.maintain()).rescued],
+          next: attempt(async () => (await bench.claim(1, 'next'))[0]?.claim_count ?? null),
+        });
+        const staleWon = results.paused![1] as boolean;
+        const nextWon = results.next![1] as boolean;
+        const effects = await bench.sql<{ claim: number }>(`SELECT claim FROM ${bench.s}.race_effects WHERE job_id = $1`, [id]);
+        assert.ok(!(staleWon && nextWon), 'both attempts committed');
+        assert.deepEqual(
+          effects.map((e) => e.claim),
+          staleWon ? [1] : nextWon ? [2] : [],
+          'the effects are exactly the winning attempt’s',
+        );
+        assert.equal((await bench.row(id)).state, staleWon || nextWon ? 'completed' : 'retrying');
+      }),
+      { numRuns: RUNS, includeErrorInReport: true },
+    );
+  });
+}
