@@ -22,7 +22,7 @@ export function toMilliseconds(value: Duration | string, what: string): number {
     const match = PATTERN.exec(String(value).trim());
     if (!match) {
       throw new ValidationError(
-        `${what}: ${JSON.stringify(value)} is not a duration; use milliseconds or a string like '500ms', '30s', '10m', '2h', '1d'`,
+        `${what}: ${typeof value === 'string' ? JSON.stringify(value) : typeof value} is not a duration; use milliseconds or a string like '500ms', '30s', '10m', '2h', '1d'`,
         [{ path: what, message: 'not a duration' }],
       );
     }

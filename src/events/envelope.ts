@@ -81,7 +81,7 @@ export function defaultSource(): string {
 /** Validates a CloudEvents `source`: a non-empty URI reference without spaces or control characters, at most 1024 characters. */
 export function assertSource(source: unknown, what: string): asserts source is string {
   if (typeof source !== 'string' || source.length === 0 || source.length > 1024 || /[\s\u0000-\u001f\u007f]/.test(source)) {
-    throw new ValidationError(`${what} must be a non-empty URI reference without spaces, at most 1024 characters (e.g. 'https://shop.example/orders' or '/orders'), got ${JSON.stringify(source)}`, [
+    throw new ValidationError(`${what} must be a non-empty URI reference without spaces, at most 1024 characters (e.g. 'https://shop.example/orders' or '/orders'), got ${typeof source === 'string' ? JSON.stringify(source) : typeof source}`, [
       { path: 'source', message: 'invalid' },
     ]);
   }

@@ -1,5 +1,6 @@
 import { ValidationError } from '../errors.ts';
 import type { TransactionLike } from '../storage/driver.ts';
+import { LONE_SURROGATE } from '../jobs/enqueue.ts';
 import { RESERVED_ATTRIBUTES } from './envelope.ts';
 
 /** Options of `publish`. */
@@ -51,6 +52,9 @@ function text(value: unknown, path: string, max: number): string | null {
     const got = typeof value === 'string' ? `${value.length} characters` : typeof value;
     throw invalid(path, `publish: ${path} must be a non-empty string of at most ${max} characters without NUL, got ${got}`);
   }
+  if (LONE_SURROGATE.test(value)) {
+    throw invalid(path, `publish: ${path} holds a lone UTF-16 surrogate (e.g. text cut in the middle of an emoji), which PostgreSQL cannot store; fix the string`);
+  }
   return value;
 }
 
@@ -68,7 +72,7 @@ function checkTraceparent(value: unknown): string | null {
   if (value === undefined || value === null) return null;
   const match = typeof value === 'string' ? TRACEPARENT.exec(value) : null;
   if (!match || match[1] === 'ff' || /^0+$/.test(match[2]!) || /^0+$/.test(match[3]!)) {
-    throw invalid('traceparent', `publish: traceparent must be a W3C trace context like '00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01', got ${JSON.stringify(value)}`);
+    throw invalid('traceparent', `publish: traceparent must be a W3C trace context like '00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01', got ${typeof value === 'string' ? JSON.stringify(value) : typeof value}`);
   }
   return value as string;
 }

@@ -42,6 +42,9 @@ interface PreparedRow {
 
 const MAX_KEY_LENGTH = 512;
 
+/** A UTF-16 surrogate without its other half: PostgreSQL would store U+FFFD instead, so two such keys would collide. */
+export const LONE_SURROGATE = /[\ud800-\udbff](?![\udc00-\udfff])|(?<![\ud800-\udbff])[\udc00-\udfff]/;
+
 function checkText(value: unknown, what: string): string | null {
   if (value === undefined || value === null) return null;
   if (typeof value !== 'string' || value.length === 0 || value.length > MAX_KEY_LENGTH || value.includes('\u0000')) {
@@ -49,7 +52,27 @@ function checkText(value: unknown, what: string): string | null {
       { path: what, message: 'invalid' },
     ]);
   }
+  if (LONE_SURROGATE.test(value)) {
+    throw new ValidationError(`${what} holds a lone UTF-16 surrogate (e.g. text cut in the middle of an emoji), which PostgreSQL cannot store; fix the string`, [
+      { path: what, message: 'lone surrogate' },
+    ]);
+  }
   return value;
+}
+
+/**
+ * The options argument of `enqueue` / `enqueueMany`: undefined or null mean
+ * none; anything else that is not an object is refused.
+ *
+ * @example
+ * const { key, ...rest } = enqueueOptionsOf(options); // options ?? {}, checked
+ */
+export function enqueueOptionsOf<T extends object>(options: T | null | undefined): T {
+  if (options === undefined || options === null) return {} as T;
+  if (typeof options !== 'object') {
+    throw new ValidationError(`enqueue: options must be an object such as { key, delay, priority }, got ${typeof options}`, [{ path: 'options', message: 'not an object' }]);
+  }
+  return options;
 }
 
 function orderingKeyOf<TInput>(option: EnqueueManyOptions<TInput>['orderingKey'], data: TInput, index: number, count: number): string | null {
