@@ -2,7 +2,7 @@ import type { PGlite } from '@electric-sql/pglite';
 import type pg from 'pg';
 import type { JobDefinition } from './define.ts';
 import { quoteSchema } from './identifiers.ts';
-import { enqueueJobs, type EnqueueManyOptions, type EnqueueOptions } from './jobs/enqueue.ts';
+import { enqueueJobs, enqueueOptionsOf, type EnqueueManyOptions, type EnqueueOptions } from './jobs/enqueue.ts';
 import { getJob, type JobInfo } from './jobs/get.ts';
 import { jobQueries, type JobQueries } from './jobs/queries.ts';
 import { stepQueries, type StepQueries } from './jobs/step-queries.ts';
@@ -124,6 +124,7 @@ export interface JobsApi {
   cancel(id: string): Promise<JobActionResult>;
   /**
    * Runs a job again now; a dead or cancelled job gets a fresh budget of attempts.
+   * Throws when its dedup key belongs to an unfinished job now (the error names it).
    *
    * @example
    * await mailroom.jobs.retry(id);
@@ -283,12 +284,12 @@ export class Mailroom extends SafeEmitter<MailroomEvents> {
    * const id = await mailroom.enqueue(sendWelcome, { userId: 'u1' }, { key: 'welcome:u1', delay: '5m' });
    */
   async enqueue<TData, TInput>(def: JobDefinition<TData, TInput>, data: TInput, options: EnqueueOptions = {}): Promise<string> {
-    const { key, ...rest } = options;
+    const { key, ...rest } = enqueueOptionsOf(options);
     const many: EnqueueManyOptions<TInput> = key === undefined ? rest : { ...rest, key: () => key };
     const ids = await enqueueJobs(this.driver, this.queries, this.maxPayloadBytes, def, [data], many, this.retention.dedupKeysMs).catch((e) =>
       this.fail(e),
     );
-    this.enqueued(def, ids, options.tx !== undefined);
+    this.enqueued(def, ids, rest.tx !== undefined);
     return ids[0]!;
   }
 
@@ -300,8 +301,9 @@ export class Mailroom extends SafeEmitter<MailroomEvents> {
    */
   async enqueueMany<TData, TInput>(def: JobDefinition<TData, TInput>, data: readonly TInput[], options: EnqueueManyOptions<TInput> = {}): Promise<string[]> {
     if (!Array.isArray(data)) throw new ValidationError('enqueueMany: data must be an array', [{ path: 'data', message: 'not an array' }]);
-    const ids = await enqueueJobs(this.driver, this.queries, this.maxPayloadBytes, def, data, options, this.retention.dedupKeysMs).catch((e) => this.fail(e));
-    this.enqueued(def, ids, options.tx !== undefined);
+    const checked = enqueueOptionsOf(options);
+    const ids = await enqueueJobs(this.driver, this.queries, this.maxPayloadBytes, def, data, checked, this.retention.dedupKeysMs).catch((e) => this.fail(e));
+    this.enqueued(def, ids, checked.tx !== undefined);
     return ids;
   }
 
