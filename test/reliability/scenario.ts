@@ -61,6 +61,8 @@ export interface ScenarioOptions {
 export interface ScenarioResult {
   report: CheckReport;
   faults: Record<string, number>;
+  /** The producers' transactions: committed, failed (before or during their operations), rolled back, unknown. */
+  transactions: { committed: number; failed: number; rolledBack: number; unknown: number };
   summary: Record<string, unknown>;
   fleet: NodeFleet;
   /** SQL on the scenario's schema after the run (before it is dropped): for the scenario's own checks. */
@@ -238,7 +240,7 @@ export async function runScenario(env: ScenarioEnv, options: ScenarioOptions, ch
       totalMs: Date.now() - t0,
     };
     console.log(`RELIABILITY ${JSON.stringify(summary)}`);
-    const result: ScenarioResult = { report, faults, summary, fleet, ctx };
+    const result: ScenarioResult = { report, faults, transactions: workload.transactions, summary, fleet, ctx };
     await check(result);
     return result;
   } finally {
