@@ -98,6 +98,28 @@ for (const db of testDatabases()) {
       assert.equal(await mailroom.jobs.get(ids.true!), undefined);
     });
 
+    it('ctx.tx carries the lease as the server-side idle timeout of its transaction (PostgreSQL), set with BEGIN', { skip: db.name === 'pglite' ? 'PGlite has no idle_in_transaction_session_timeout' : false }, async () => {
+      const { mailroom } = await db.open();
+      const job = defineJob('fx.idle-timeout', { queue: 'fx-idle' });
+      const seen: string[] = [];
+      const worker = mailroom.worker({
+        queues: ['fx-idle'],
+        lease: '7s',
+        handlers: {
+          [job.name]: async (_job: Job, ctx: JobContext) => {
+            const { rows } = await ctx.tx.query<{ idle_in_transaction_session_timeout: string }>('SHOW idle_in_transaction_session_timeout');
+            seen.push(rows[0]!.idle_in_transaction_session_timeout);
+          },
+        },
+      });
+      const done = waitForEvents(worker, 'completed', 1);
+      await mailroom.enqueue(job, {});
+      await worker.start();
+      await done;
+      await worker.stop();
+      assert.deepEqual(seen, ['7s'], 'a paused worker cannot hold its transaction (and its row locks) past the lease');
+    });
+
     it('ctx.tx used after the handler returned is a clear error, and the job still completes', async () => {
       const { mailroom } = await db.open();
       const job = defineJob('effects.late', { queue: 'late' });

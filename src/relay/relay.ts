@@ -319,11 +319,9 @@ export class Relay extends SafeEmitter<RelayEvents> {
     const { rows: fenceRows } = await this.driver.run<{ fence: string }>(this.queries.fence, []);
     const fence = BigInt(fenceRows[0]!.fence);
     try {
+      // A relay paused with the round open (SIGSTOP) must not hold the cursor past its lease: the
+      // server ends a transaction left idle that long.
       const result = await this.driver.transaction(async (tx): Promise<Round> => {
-        if (this.driver.kind === 'pg') {
-          // A relay paused with the round open (SIGSTOP) must not hold the cursor past its lease.
-          await tx.query(`SELECT set_config('idle_in_transaction_session_timeout', $1, true)`, [String(this.options.leaseMs)]);
-        }
         const begun = await tx.query<{ cursor_xid: string; cursor_position: string }>(this.queries.beginRound.text, [name, this.id, token, this.options.leaseMs]);
         const row = begun.rows[0];
         if (!row) return { kind: 'lost' };
@@ -339,7 +337,7 @@ export class Relay extends SafeEmitter<RelayEvents> {
         const advanced = await tx.query(this.queries.advance.text, [name, this.id, token, String(next.xid), String(next.position), events.length]);
         if (advanced.rowCount !== 1) throw new LeaseLost('lease lost during the round');
         return { kind: 'done', delivered: events.length, exhausted: plan.exhausted, blockedBy: plan.blockedBy, fence, cursor: next };
-      });
+      }, { idleTimeoutMs: Math.max(1, Math.ceil(this.options.leaseMs)) });
       if (result.kind === 'done' && result.delivered > 0) {
         const { xid, position } = result.cursor;
         this.emit('delivered', { target: name, count: result.delivered, cursor: { xid: String(xid), position: String(position) } });

@@ -27,13 +27,23 @@ export interface NamedQuery {
   text: string;
 }
 
+/** Options of {@link Driver.transaction}. */
+export interface TransactionOptions {
+  /** `idle_in_transaction_session_timeout` for this transaction, in whole milliseconds (PostgreSQL only). */
+  idleTimeoutMs?: number;
+}
+
 /** A connection to the database as mailroom uses it. */
 export interface Driver extends Queryable {
   readonly kind: 'pg' | 'pglite';
   /** Runs a prepared (named) statement outside any transaction. */
   run<R = Record<string, unknown>>(query: NamedQuery, params: readonly unknown[]): Promise<QueryResult<R>>;
-  /** Runs `fn` in a transaction; commits when it resolves, rolls back when it throws. */
-  transaction<T>(fn: (tx: Transaction) => Promise<T>): Promise<T>;
+  /**
+   * Runs `fn` in a transaction; commits when it resolves, rolls back when it throws.
+   * `idleTimeoutMs` (PostgreSQL): the server ends the session when the transaction sits idle that
+   * long (a paused process cannot hold its locks forever); set in the same round trip as BEGIN.
+   */
+  transaction<T>(fn: (tx: Transaction) => Promise<T>, options?: TransactionOptions): Promise<T>;
   /** Calls `onNotify` for each NOTIFY on `channel`; resolves to an unsubscribe function. */
   listen(channel: string, onNotify: (payload: string) => void): Promise<() => Promise<void>>;
   /** Releases what this driver opened (not a pool or database the user passed in). */

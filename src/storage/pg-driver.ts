@@ -1,5 +1,5 @@
 import pg from 'pg';
-import type { Driver, NamedQuery, QueryResult, Transaction } from './driver.ts';
+import type { Driver, NamedQuery, QueryResult, Transaction, TransactionOptions } from './driver.ts';
 
 const RECONNECT_DELAY_MS = 1000;
 
@@ -41,7 +41,8 @@ export class PgDriver implements Driver {
     return { rows: result.rows as R[], rowCount: result.rowCount ?? 0 };
   }
 
-  async transaction<T>(fn: (tx: Transaction) => Promise<T>): Promise<T> {
+  async transaction<T>(fn: (tx: Transaction) => Promise<T>, options: TransactionOptions = {}): Promise<T> {
+    const begin = beginStatement(options);
     const client = await this.pool.connect();
     let broken = false;
     // A checked-out client has no 'error' listener (the pool removes its own): if the server ends the
@@ -52,7 +53,7 @@ export class PgDriver implements Driver {
     };
     client.on('error', onError);
     try {
-      await client.query('BEGIN');
+      await client.query(begin);
       const tx: Transaction = {
         async query<R>(sql: string, params: readonly unknown[] = []): Promise<QueryResult<R>> {
           const result = await client.query(sql, params as unknown[]);
@@ -140,4 +141,16 @@ export class PgDriver implements Driver {
     }
     if (this.ownsPool) await this.pool.end();
   }
+}
+
+/**
+ * BEGIN, with the transaction's idle timeout set in the same round trip (a simple-protocol script:
+ * one write and one reply instead of two). The timeout is a whole number of milliseconds checked
+ * here, never text from outside.
+ */
+function beginStatement(options: TransactionOptions): string {
+  const ms = options.idleTimeoutMs;
+  if (ms === undefined) return 'BEGIN';
+  if (!Number.isSafeInteger(ms) || ms < 1) throw new RangeError(`idleTimeoutMs must be a positive whole number of milliseconds, got ${String(ms)}`);
+  return `BEGIN; SET LOCAL idle_in_transaction_session_timeout = ${ms}`;
 }

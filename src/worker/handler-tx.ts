@@ -4,9 +4,6 @@ import type { Driver, NamedQuery, Queryable, QueryResult, Transaction } from '..
 
 type Finish = (tx: Transaction) => Promise<boolean>;
 
-/** Schema-independent, so one prepared statement per connection serves every schema. */
-const IDLE_TIMEOUT: NamedQuery = { name: 'mailroom_handler_tx_idle_timeout', text: `SELECT set_config('idle_in_transaction_session_timeout', $1, true)` };
-
 /** The handler transaction behind each `ctx.tx` handle, for mailroom's own statements in it (the consumer's inbox). */
 const byHandle = new WeakMap<Queryable, HandlerTransaction>();
 
@@ -73,15 +70,12 @@ export class HandlerTransaction {
   private open(): Promise<Transaction> {
     this.opening ??= new Promise<Transaction>((resolveTx, rejectTx) => {
       this.outcome = this.driver.transaction(async (tx) => {
-        if (this.driver.kind === 'pg') {
-          await tx.run(IDLE_TIMEOUT, [String(this.leaseMs)]);
-        }
         resolveTx(tx);
         const finish = await new Promise<Finish | null>((resolve) => (this.settle = resolve));
         if (finish === null) throw new RollbackSignal();
         if (!(await finish(tx))) throw new RollbackSignal();
         return true;
-      });
+      }, { idleTimeoutMs: Math.max(1, Math.ceil(this.leaseMs)) });
       this.outcome.catch((error: unknown) => {
         rejectTx(error);
         return false;
