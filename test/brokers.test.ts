@@ -53,6 +53,7 @@ async function setUp(tc: TestContext, fixture: BrokerFixture, options: { restart
   const pair = await fixture.pair(`s${process.pid}-${Date.now().toString(36)}-${counter++}`, options);
   const relay = t.mailroom.relay({ to: [pair.target()], internal: false, pollInterval: 20, batchSize: 50 });
   const relayErrors: unknown[] = [];
+  const consumerErrors: unknown[] = [];
   relay.on('error', (e) => relayErrors.push(e));
   relay.on('warning', () => {});
   const handled: Handled[] = [];
@@ -84,7 +85,7 @@ async function setUp(tc: TestContext, fixture: BrokerFixture, options: { restart
       });
       consumer.on('ingested', (info) => ingested.push(info));
       consumer.on('warning', () => {});
-      consumer.on('error', () => {}); // reconnects during a restart
+      consumer.on('error', (error) => consumerErrors.push(error)); // reconnects during a restart; shown when a wait times out
       consumers.push(consumer);
       await consumer.start();
       return consumer;
@@ -97,7 +98,13 @@ async function setUp(tc: TestContext, fixture: BrokerFixture, options: { restart
         if (seen.size >= count) return seen;
         if (Date.now() > deadline) {
           const stats = await t.mailroom.stats();
-          throw new Error(`timed out with ${seen.size} of ${count} events handled; relay ${JSON.stringify(stats.relay)}, group ${JSON.stringify(stats.consumers.suite)}, relay errors: ${relayErrors.slice(-3).map(String).join(' | ')}`);
+          const jobs = await t.sql(`SELECT state, attempt, blocked, run_at, locked_by, locked_until, last_error FROM "${t.schema}".jobs WHERE queue = 'consumer.suite'`);
+          const sessions = await t.sql(`SELECT state, wait_event_type, wait_event, left(query, 80) AS query FROM pg_stat_activity WHERE datname = current_database() AND state <> 'idle'`);
+          throw new Error(
+            `timed out with ${seen.size} of ${count} events handled; relay ${JSON.stringify(stats.relay)}, group ${JSON.stringify(stats.consumers.suite)}, ` +
+              `jobs ${JSON.stringify(jobs)}, busy sessions ${JSON.stringify(sessions)}, relay errors: ${relayErrors.slice(-3).map(String).join(' | ')}, ` +
+              `consumer errors: ${consumerErrors.slice(-3).map(String).join(' | ')}`,
+          );
         }
         await new Promise((r) => setTimeout(r, 50));
       }
@@ -107,6 +114,9 @@ async function setUp(tc: TestContext, fixture: BrokerFixture, options: { restart
     for (const c of consumers) await c.stop({ timeout: 2000 }).catch(() => {});
     await relay.stop().catch(() => {});
     await pair.cleanup().catch(() => {});
+    // The file's tests share one pool of 20 connections (test/helpers/databases.ts): a mailroom left
+    // open keeps its LISTEN connection, and fifteen of them starved the last broker's tests.
+    await t.mailroom.close({ timeout: 1000 }).catch(() => {});
   });
   return setup;
 }
@@ -171,6 +181,7 @@ for (const fixture of FIXTURES) {
       const s = await setUp(tc, fixture);
       const consumer = await s.startConsumer();
       const raw = await s.pair.raw();
+      tc.after(() => raw.close()); // also when the test fails: an open client keeps the file from ending
       const envelope = toEnvelope({
         position: '1', xid: '1', id: '01936f8e-1f2a-7000-8000-00000000abcd', type: noted.type, version: 1, source: 'mailroom://suite', subject: 'k9',
         time: new Date(), correlation_id: null, causation_id: null, traceparent: null, headers: null, data: { key: 'k9', n: 1 },
@@ -261,6 +272,7 @@ for (const fixture of FIXTURES) {
       const s = await setUp(tc, fixture);
       const consumer = await s.startConsumer();
       const raw = await s.pair.raw();
+      tc.after(() => raw.close()); // also when the test fails: an open client keeps the file from ending
       await raw.publish('{ definitely not json', { messageId: 'bad-1' });
       await raw.publish(JSON.stringify({ specversion: '1.0', id: 'x-1', source: '/elsewhere', type: 'suite.unheard-of', data: {} }), { messageId: 'x-1' });
       const deadline = Date.now() + 20_000;
