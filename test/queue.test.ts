@@ -500,6 +500,32 @@ for (const db of testDatabases()) {
       await worker.stop();
     });
 
+    it('a stopped worker gives its LISTEN connection back to the pool; a new worker listens (and is woken) again', { skip: db.name === 'pglite' ? 'PGlite has no pool' : false }, async () => {
+      const pool = new pg.Pool({ connectionString: databaseUrl, max: 4 });
+      const schema = uniqueSchema('listen');
+      const mailroom = await createMailroom({ database: pool, schema });
+      try {
+        await mailroom.migrate();
+        const job = defineJob('queue.listen-release', { queue: 'listen-release' });
+        const checkedOut = () => pool.totalCount - pool.idleCount;
+        for (let round = 0; round < 3; round++) {
+          const worker = mailroom.worker({ queues: ['listen-release'], pollInterval: '1h', handlers: { [job.name]: () => {} } });
+          await worker.start();
+          await eventually(() => checkedOut() === 1, 5000, 'the LISTEN connection');
+          await new Promise((r) => setTimeout(r, 50)); // asleep for an hour: only NOTIFY can wake it
+          const done = waitForEvents(worker, 'completed', 1, 10_000);
+          await mailroom.enqueue(job, {});
+          await done;
+          await worker.stop();
+          await eventually(() => checkedOut() === 0, 5000, 'every connection back in the pool after stop');
+        }
+      } finally {
+        await mailroom.close();
+        await pool.query(`DROP SCHEMA IF EXISTS "${schema}" CASCADE`);
+        await pool.end();
+      }
+    });
+
     it('explains a missing migration', async () => {
       const { mailroom, schema, sql } = await db.open();
       const job = defineJob('queue.unmigrated', { queue: 'x' });

@@ -12,6 +12,8 @@ export class PgDriver implements Driver {
   readonly kind = 'pg' as const;
   private readonly listeners = new Map<string, Set<(payload: string) => void>>();
   private listenClient: pg.PoolClient | undefined;
+  /** Removes the LISTEN connection's own event handlers (before it goes back to the pool). */
+  private detachListenClient: (() => void) | undefined;
   private listenConnecting: Promise<void> | undefined;
   private closed = false;
 
@@ -97,9 +99,28 @@ export class PgDriver implements Driver {
       current?.delete(onNotify);
       if (current && current.size === 0) {
         this.listeners.delete(channel);
-        await this.listenClient?.query(`UNLISTEN "${channel}"`).catch(() => {});
+        if (this.listeners.size === 0) await this.releaseListenClient();
+        else await this.listenClient?.query(`UNLISTEN "${channel}"`).catch(() => {});
       }
     };
+  }
+
+  /**
+   * Nobody listens any more (every worker and relay stopped): the LISTEN connection goes back to
+   * the pool instead of staying pinned until close(). The next listen() connects one again.
+   */
+  private async releaseListenClient(): Promise<void> {
+    const client = this.listenClient;
+    const detach = this.detachListenClient;
+    if (!client) return;
+    this.listenClient = undefined;
+    this.detachListenClient = undefined;
+    let broken = false;
+    await client.query('UNLISTEN *').catch(() => {
+      broken = true;
+    });
+    detach?.();
+    client.release(broken);
   }
 
   private ensureListenClient(): Promise<void> {
@@ -112,19 +133,40 @@ export class PgDriver implements Driver {
 
   private async connectListenClient(): Promise<void> {
     const client = await this.pool.connect();
-    client.on('notification', (msg) => {
+    const onNotification = (msg: pg.Notification) => {
       for (const fn of this.listeners.get(msg.channel) ?? []) fn(msg.payload ?? '');
-    });
+    };
     const onLost = () => {
       if (this.listenClient !== client) return;
       this.listenClient = undefined;
+      this.detachListenClient = undefined;
       client.release(true);
       if (!this.closed) setTimeout(() => void this.ensureListenClient().catch(() => this.scheduleRelisten()), RECONNECT_DELAY_MS).unref();
     };
+    client.on('notification', onNotification);
     client.on('error', onLost);
     client.on('end', onLost);
-    for (const channel of this.listeners.keys()) await client.query(`LISTEN "${channel}"`);
+    const detach = () => {
+      client.off('notification', onNotification);
+      client.off('error', onLost);
+      client.off('end', onLost);
+    };
+    try {
+      for (const channel of this.listeners.keys()) await client.query(`LISTEN "${channel}"`);
+    } catch (error) {
+      detach();
+      client.release(true);
+      throw error;
+    }
+    if (this.listeners.size === 0 || this.closed) {
+      // Everyone unsubscribed (or the driver closed) while this connection was being set up.
+      await client.query('UNLISTEN *').catch(() => {});
+      detach();
+      client.release();
+      return;
+    }
     this.listenClient = client;
+    this.detachListenClient = detach;
   }
 
   private scheduleRelisten(): void {
@@ -133,12 +175,7 @@ export class PgDriver implements Driver {
 
   async close(): Promise<void> {
     this.closed = true;
-    const client = this.listenClient;
-    this.listenClient = undefined;
-    if (client) {
-      await client.query('UNLISTEN *').catch(() => {});
-      client.release();
-    }
+    await this.releaseListenClient();
     if (this.ownsPool) await this.pool.end();
   }
 }
