@@ -8,7 +8,7 @@
 import assert from 'node:assert/strict';
 import { describe, test } from 'node:test';
 import { z } from 'zod';
-import { createMailroom, defineJob, ValidationError, type JobDefinition } from '../src/index.ts';
+import { createMailroom, defineEvent, defineJob, ValidationError, type JobDefinition } from '../src/index.ts';
 import { testDatabases, type TestMailroom } from './helpers/databases.ts';
 import { waitForEvents } from './helpers/events.ts';
 
@@ -69,6 +69,27 @@ for (const db of testDatabases()) {
       cycle.self = cycle;
       await refused(t, () => t.mailroom.enqueue(job, cycle), [/not JSON-serialisable/, /circular/]);
       await refused(t, () => t.mailroom.enqueue(job, () => 'fn'), [/not JSON-serialisable/]);
+    });
+
+    test('a tx that is no transaction (0, an empty string, false) is refused, not ignored; headers that are a Map are refused, not read as none', async () => {
+      const t = await db.open();
+      const job = defineJob('bad.tx', { queue: 'bad-tx' });
+      const ev = defineEvent<{ n: number }>('bad.tx-noted', { version: 1 });
+      for (const tx of [0, '', false]) {
+        await assert.rejects(t.mailroom.enqueue(job, {}, { tx: tx as never }), /tx must be a node-postgres client .*; got (number|string|boolean)/);
+        await assert.rejects(t.mailroom.publish(ev, { n: 1 }, { tx: tx as never }), /tx must be a node-postgres client/);
+      }
+      await assert.rejects(t.mailroom.publish(ev, { n: 1 }, { headers: new Map([['tenant', 'a']]) as never }), (error: unknown) => {
+        assert.ok(error instanceof ValidationError);
+        assert.match(error.message, /headers must be a plain object .* got a Map \(use a plain object, e\.g\. Object\.fromEntries\(map\)\)/);
+        return true;
+      });
+      assert.equal(await jobCount(t), 0, 'no job written');
+      const [outbox] = await t.sql<{ n: number }>(`SELECT count(*)::int AS n FROM "${t.schema}".outbox`);
+      assert.equal(outbox!.n, 0, 'no event written');
+      // null still means "no transaction".
+      await t.mailroom.enqueue(job, {}, { tx: null as never });
+      assert.equal(await jobCount(t), 1);
     });
 
     test('a payload over the default 1 MiB limit is refused, naming the limit; one just under it is accepted', async () => {

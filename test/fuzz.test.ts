@@ -74,10 +74,9 @@ function priorityVerdict(value: unknown): Verdict {
   return value === undefined || (Number.isInteger(value) && (value as number) >= -32768 && (value as number) <= 32767) ? 'ok' : 'bad';
 }
 
-/** A `tx` that is no transaction: falsy means "none" (lenient), anything else without `query()` is refused. */
+/** A `tx`: undefined and null mean "none"; anything else that is no transaction (0, '', false included) is refused. */
 function txVerdict(value: unknown): Verdict {
-  if (value === undefined) return 'ok';
-  return value ? 'bad' : 'either';
+  return value === undefined || value === null ? 'ok' : 'bad';
 }
 
 /** Options of one generated call, and the verdict on each. */
@@ -397,7 +396,7 @@ for (const db of testDatabases()) {
         let headersVerdict: Verdict = 'ok';
         if (headers !== undefined && headers !== null) {
           if (typeof headers !== 'object' || Array.isArray(headers)) headersVerdict = 'bad';
-          else if (Object.getPrototypeOf(headers) !== Object.prototype) headersVerdict = 'either';
+          else if (Object.getPrototypeOf(headers) !== Object.prototype && Object.getPrototypeOf(headers) !== null) headersVerdict = 'bad'; // a Map, a Date...: refused, not read as empty
           else {
             const entries = Object.entries(headers);
             const reserved = ['specversion', 'id', 'source', 'type', 'time', 'datacontenttype', 'dataschema', 'subject', 'data', 'data_base64', 'partitionkey', 'correlationid', 'causationid', 'traceparent', 'tracestate'];

@@ -79,7 +79,11 @@ function checkTraceparent(value: unknown): string | null {
 
 function checkHeaders(value: unknown): string | null {
   if (value === undefined || value === null) return null;
-  if (typeof value !== 'object' || Array.isArray(value)) throw invalid('headers', 'publish: headers must be an object of name -> string value');
+  const proto = typeof value === 'object' ? Object.getPrototypeOf(value) : undefined;
+  if (typeof value !== 'object' || Array.isArray(value) || (proto !== Object.prototype && proto !== null)) {
+    const got = value instanceof Map ? 'a Map (use a plain object, e.g. Object.fromEntries(map))' : Array.isArray(value) ? 'an array' : typeof value === 'object' ? 'an object that is not a plain object' : typeof value;
+    throw invalid('headers', `publish: headers must be a plain object of name -> string value, got ${got}`);
+  }
   const entries = Object.entries(value);
   if (entries.length > MAX_HEADERS) throw invalid('headers', `publish: at most ${MAX_HEADERS} headers, got ${entries.length}`);
   for (const [name, v] of entries) {

@@ -78,7 +78,8 @@ export async function publishEvents<TData, TInput>(
   return inProducerSpan(`publish ${def.type}`, attributes, (traceparent) => {
     // An explicit traceparent wins; else the publish span's (or the caller's).
     params[7] = shared.traceparent ?? traceparent;
-    return options.tx ? insertInTransaction(deps, def, params, ids.length, options.tx) : insertOnPool(deps, params);
+    // Only undefined and null mean "no transaction": a falsy value such as 0 or '' is refused, not ignored.
+    return options.tx !== undefined && options.tx !== null ? insertInTransaction(deps, def, params, ids.length, options.tx) : insertOnPool(deps, params);
   });
 }
 

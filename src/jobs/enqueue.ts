@@ -144,7 +144,9 @@ export async function enqueueJobs<TData, TInput>(
   const priority = checkPriority(options.priority);
   // Inside a handler or withCorrelation(), the request's correlation id travels on unless one is given.
   const correlationId = checkText(options.correlationId, 'correlationId') ?? currentContext()?.correlationId ?? null;
-  const db: Queryable = options.tx ? asQueryable(options.tx) : driver;
+  // Only undefined and null mean "no transaction": any other value must be a transaction handle (asQueryable refuses the rest).
+  const inTx = options.tx !== undefined && options.tx !== null;
+  const db: Queryable = inTx ? asQueryable(options.tx!) : driver;
 
   const rows: PreparedRow[] = [];
   const firstByKey = new Map<string, number>();
@@ -199,7 +201,7 @@ export async function enqueueJobs<TData, TInput>(
     return resultIndex.map((i) => ids[i]!);
   };
   // With a key window, the insert and its re-check must commit together (in the caller's transaction if any).
-  if (options.tx || keyWindowMs === 0 || rows.every((r) => r.key === null)) return write(db);
+  if (inTx || keyWindowMs === 0 || rows.every((r) => r.key === null)) return write(db);
   return driver.transaction((tx) => write(tx));
 }
 

@@ -67,7 +67,9 @@ interface RawResult {
 /** Adapts a user's transaction handle (pg client or PGlite transaction) to {@link Queryable}. */
 export function asQueryable(tx: TransactionLike): Queryable {
   if (typeof tx !== 'object' || tx === null || typeof (tx as { query?: unknown }).query !== 'function') {
-    throw new TypeError('tx must be a node-postgres client inside a transaction, a PGlite transaction, or the tx of mailroom.transaction()');
+    throw new TypeError(
+      `tx must be a node-postgres client inside a transaction, a PGlite transaction, or the tx of mailroom.transaction(); got ${tx === null ? 'null' : typeof tx} (leave tx out to write outside a transaction)`,
+    );
   }
   return {
     async query<R>(sql: string, params?: readonly unknown[]): Promise<QueryResult<R>> {
