@@ -245,7 +245,7 @@ export class Mailroom extends SafeEmitter<MailroomEvents> {
     };
     this.versions = {
       advance: (entity, version, opts = {}) =>
-        advanceVersion(opts.tx ? asQueryable(opts.tx) : this.driver, this.quotedSchema, entity, version).catch((e) => this.fail(e)),
+        advanceVersion(opts.tx !== undefined && opts.tx !== null ? asQueryable(opts.tx) : this.driver, this.quotedSchema, entity, version).catch((e) => this.fail(e)),
     };
   }
 
