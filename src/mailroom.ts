@@ -49,7 +49,8 @@ import { withReplayHistory } from './dead-letters/history.ts';
 import { checkMetricsOptions, createMetrics, type MailroomMetrics, type MetricsOptions } from './observe/metrics.ts';
 import type { Registry } from 'prom-client';
 import { emitRescued, forwardConsumer, forwardRelay, forwardWorker, LazyForwarding } from './observe/forward.ts';
-import { attachLogger, type MailroomLogger } from './observe/logger.ts';
+import { attachLogger, checkLogger, type MailroomLogger } from './observe/logger.ts';
+import { checkQueueSettings, type QueueSettings } from './queue-settings.ts';
 
 /** Options of {@link createMailroom}. */
 export interface MailroomOptions {
@@ -97,11 +98,7 @@ export interface MailroomOptions {
   metrics?: MetricsOptions;
 }
 
-/** Settings of one queue (`createMailroom({ queues: { email: { owner: 'growth' } } })`). */
-export interface QueueSettings {
-  /** The team that owns the queue: labels its metrics, alerts and dead letters. */
-  owner?: string;
-}
+export type { QueueSettings } from './queue-settings.ts';
 
 /** The transaction handle `mailroom.transaction()` gives: run SQL, and pass it as `{ tx }`. */
 export interface MailroomTransaction extends Queryable {}
@@ -195,7 +192,8 @@ export class Mailroom extends SafeEmitter<MailroomEvents> {
   ) {
     super();
     this.forwarding = new LazyForwarding(this);
-    this.redactPaths = checkRedactPaths(options.redact);
+    // Checked by createMailroom before it connects.
+    this.redactPaths = options.redact ?? [];
     if (options.logger !== undefined) attachLogger(this, options.logger);
     this.queueSettings = { ...options.queues };
     this.metricsOptions = { ...options.metrics };
@@ -549,6 +547,12 @@ export async function createMailroom(options: MailroomOptions = {}): Promise<Mai
   checkRetentionAgainst(resolveRetention(options.retention), registeredJobs());
   checkMetricsOptions(options.metrics);
   if (options.source !== undefined) assertSource(options.source, 'source');
+  // Every option is checked before anything is opened: a mistake must not leave a pool or an
+  // embedded database (./.mailroom) behind.
+  toMilliseconds(options.rescueInterval ?? '5s', 'rescueInterval');
+  checkRedactPaths(options.redact);
+  if (options.logger !== undefined) checkLogger(options.logger);
+  checkQueueSettings(options.queues);
   const driver = await connect(options.database as DatabaseOption | undefined, poolSize);
   return new Mailroom(driver, options);
 }

@@ -6,6 +6,9 @@
  * dead-lettered as `unknown-type` after one attempt, not retried.
  */
 import assert from 'node:assert/strict';
+import { existsSync, mkdtempSync, rmSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
 import { describe, test } from 'node:test';
 import { z } from 'zod';
 import { createMailroom, defineEvent, defineJob, ValidationError, type JobDefinition } from '../src/index.ts';
@@ -58,6 +61,32 @@ async function refused(
   assert.equal(await jobCount(t), before, `nothing written after: ${caught.message}`);
   return caught;
 }
+
+test('createMailroom checks every option before it opens anything: a bad redact, logger, queues or rescueInterval leaves no embedded database behind', async () => {
+  const cwd = process.cwd();
+  const dir = mkdtempSync(join(tmpdir(), 'mailroom-options-'));
+  const saved = process.env.DATABASE_URL;
+  delete process.env.DATABASE_URL; // the embedded default, in ./.mailroom of this directory
+  process.chdir(dir);
+  try {
+    const cases: [Parameters<typeof createMailroom>[0], RegExp][] = [
+      [{ redact: ['card..number'] }, /redact\[0\] must be a dot path/],
+      [{ redact: 'password' as never }, /redact must be an array of field paths/],
+      [{ logger: { info() {} } as never }, /logger must have error, warn methods/],
+      [{ queues: { email: { owner: 7 } } as never }, /queues\.email\.owner must be the owning team's name/],
+      [{ queues: ['email'] as never }, /queues must be an object of queue name -> settings; got an array|queues must be an object/],
+      [{ rescueInterval: 'soon' as never }, /rescueInterval: "soon" is not a duration/],
+    ];
+    for (const [options, message] of cases) {
+      await assert.rejects(createMailroom(options), message);
+      assert.equal(existsSync(join(dir, '.mailroom')), false, `no embedded database made for ${JSON.stringify(options)}`);
+    }
+  } finally {
+    process.chdir(cwd);
+    if (saved !== undefined) process.env.DATABASE_URL = saved;
+    rmSync(dir, { recursive: true, force: true });
+  }
+});
 
 for (const db of testDatabases()) {
   describe(`bad input on ${db.name}`, () => {

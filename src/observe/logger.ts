@@ -39,7 +39,6 @@ function errorFields(error: unknown): Record<string, unknown> {
  * const mailroom = await createMailroom({ logger: pino({ mixin: logContext }) });
  */
 export function attachLogger(bus: SafeEmitter<MailroomEvents>, logger: MailroomLogger): void {
-  checkLogger(logger);
   bus.on('job.failed', (job) => {
     if (job.willRetry) logger.warn({ ...jobFields(job), category: job.category, error: job.message, retryAt: job.runAt?.toISOString() }, `job ${job.type} failed; will retry`);
   });
@@ -62,7 +61,8 @@ export function attachLogger(bus: SafeEmitter<MailroomEvents>, logger: MailroomL
   }
 }
 
-function checkLogger(logger: unknown): asserts logger is MailroomLogger {
+/** Checks that `logger` has the methods mailroom writes to (pino's shape). */
+export function checkLogger(logger: unknown): asserts logger is MailroomLogger {
   const missing = ['error', 'warn', 'info'].filter((m) => typeof (logger as Record<string, unknown> | null)?.[m] !== 'function');
   if (missing.length > 0) {
     throw new TypeError(`logger must have ${missing.join(', ')} methods taking (fields, message), as pino's do; got ${logger === null ? 'null' : typeof logger}`);
