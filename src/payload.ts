@@ -8,6 +8,23 @@ import { ValidationError } from './errors.ts';
  */
 const UNSTORABLE_ESCAPE = /(?<!\\)(?:\\\\)*\\u(0000|d[89a-f][0-9a-f]{2})/;
 
+/** A UTF-16 surrogate without its other half: PostgreSQL text would hold U+FFFD instead, so two such keys would collide. */
+const LONE_SURROGATE = /[\ud800-\udbff](?![\udc00-\udfff])|(?<![\ud800-\udbff])[\udc00-\udfff]/;
+
+/** What a key, id or header value with a lone surrogate is told: the fix, for enqueue's and publish's errors. */
+export const LONE_SURROGATE_FIX = 'holds a lone UTF-16 surrogate (e.g. text cut in the middle of an emoji), which PostgreSQL cannot store; fix the string';
+
+/**
+ * True when `text` holds a UTF-16 surrogate without its other half (not valid
+ * Unicode): refused in keys, ids and header values.
+ *
+ * @example
+ * hasLoneSurrogate('half \ud83d'); // true
+ */
+export function hasLoneSurrogate(text: string): boolean {
+  return LONE_SURROGATE.test(text);
+}
+
 /** Default limit on a serialised payload: 1 MiB. */
 export const DEFAULT_MAX_PAYLOAD_BYTES = 1024 * 1024;
 

@@ -1,6 +1,6 @@
 import { ValidationError } from '../errors.ts';
 import type { TransactionLike } from '../storage/driver.ts';
-import { LONE_SURROGATE } from '../jobs/enqueue.ts';
+import { hasLoneSurrogate, LONE_SURROGATE_FIX } from '../payload.ts';
 import { RESERVED_ATTRIBUTES } from './envelope.ts';
 
 /** Options of `publish`. */
@@ -52,8 +52,8 @@ function text(value: unknown, path: string, max: number): string | null {
     const got = typeof value === 'string' ? `${value.length} characters` : typeof value;
     throw invalid(path, `publish: ${path} must be a non-empty string of at most ${max} characters without NUL, got ${got}`);
   }
-  if (LONE_SURROGATE.test(value)) {
-    throw invalid(path, `publish: ${path} holds a lone UTF-16 surrogate (e.g. text cut in the middle of an emoji), which PostgreSQL cannot store; fix the string`);
+  if (hasLoneSurrogate(value)) {
+    throw invalid(path, `publish: ${path} ${LONE_SURROGATE_FIX}`);
   }
   return value;
 }

@@ -2,7 +2,7 @@ import type { JobDefinition } from '../define.ts';
 import { toMilliseconds, type Duration } from '../duration.ts';
 import { ValidationError } from '../errors.ts';
 import { newId } from '../ids.ts';
-import { serializePayload, validatePayload } from '../payload.ts';
+import { hasLoneSurrogate, LONE_SURROGATE_FIX, serializePayload, validatePayload } from '../payload.ts';
 import { asQueryable, type Driver, type Queryable, type TransactionLike } from '../storage/driver.ts';
 import type { JobQueries } from './queries.ts';
 import { currentContext } from '../observe/context.ts';
@@ -42,9 +42,6 @@ interface PreparedRow {
 
 const MAX_KEY_LENGTH = 512;
 
-/** A UTF-16 surrogate without its other half: PostgreSQL would store U+FFFD instead, so two such keys would collide. */
-export const LONE_SURROGATE = /[\ud800-\udbff](?![\udc00-\udfff])|(?<![\ud800-\udbff])[\udc00-\udfff]/;
-
 function checkText(value: unknown, what: string): string | null {
   if (value === undefined || value === null) return null;
   if (typeof value !== 'string' || value.length === 0 || value.length > MAX_KEY_LENGTH || value.includes('\u0000')) {
@@ -52,8 +49,8 @@ function checkText(value: unknown, what: string): string | null {
       { path: what, message: 'invalid' },
     ]);
   }
-  if (LONE_SURROGATE.test(value)) {
-    throw new ValidationError(`${what} holds a lone UTF-16 surrogate (e.g. text cut in the middle of an emoji), which PostgreSQL cannot store; fix the string`, [
+  if (hasLoneSurrogate(value)) {
+    throw new ValidationError(`${what} ${LONE_SURROGATE_FIX}`, [
       { path: what, message: 'lone surrogate' },
     ]);
   }
