@@ -283,18 +283,18 @@ for (const db of testDatabases()) {
       await consumer.stop();
     });
 
-    it('two deliveries of one event at once: the second waits on the first\'s inbox key, then finds it; one effect', async () => {
+    it('two deliveries of one event at once: the second\'s first ctx.tx statement waits on the first\'s inbox key, then finds it; one effect', async () => {
       const t = await db.open();
       await withAccounts(t);
-      let started = 0;
+      let pastFirstStatement = 0;
       const consumer = t.mailroom.consumer({
         group: 'racer',
         concurrency: 2,
         pollInterval: 20,
         handlers: {
           [credited.type]: handleEvent(credited, async (event, ctx: ConsumerContext) => {
-            started++;
             await ctx.tx.query(`UPDATE "${t.schema}".accounts SET balance = balance + $2 WHERE id = $1`, [event.data.account, event.data.cents]);
+            pastFirstStatement++;
             await new Promise((r) => setTimeout(r, 200)); // holds its uncommitted inbox key meanwhile
           }),
         },
@@ -311,8 +311,69 @@ for (const db of testDatabases()) {
       );
       await done;
       await duplicate;
-      assert.equal(started, 1, 'the handler ran once');
+      assert.equal(pastFirstStatement, 1, 'only one delivery got past its first ctx.tx statement');
       assert.deepEqual(await balances(t), { a: 0, b: 7 });
+      assert.equal((await t.mailroom.stats()).consumers.racer?.duplicatesRejected, 1);
+      await consumer.stop();
+    });
+
+    it('a handler that never opens ctx.tx: its inbox key commits with the batched completion; a later delivery skips it; a stale attempt records no key', async () => {
+      const t = await db.open();
+      const { mailroom, schema } = t;
+      const handled: number[] = [];
+      let hold: (() => void) | undefined;
+      const held = new Promise<void>((resolve) => (hold = resolve));
+      let reached: (() => void) | undefined;
+      const reachedHold = new Promise<void>((resolve) => (reached = resolve));
+      const consumer = mailroom.consumer({
+        group: 'notifier',
+        pollInterval: 20,
+        concurrency: 10,
+        handlers: {
+          [other.type]: handleEvent(other, async (event) => {
+            handled.push(event.data.n);
+            if (event.data.n === 99) {
+              reached!();
+              await held;
+            }
+          }),
+        },
+      });
+      await consumer.start();
+      const done = waitForEvents(consumer.worker, 'completed', 20);
+      await mailroom.publishMany(other, Array.from({ length: 20 }, (_, n) => ({ n })));
+      const relay = mailroom.relay();
+      await flushUntil(relay, 20);
+      await done;
+      const keys = await t.sql<{ n: number }>(`SELECT count(*)::int AS n FROM "${schema}".inbox WHERE consumer_group = 'notifier'`);
+      assert.equal(keys[0]!.n, 20, 'each completed event has its inbox key');
+      const completed = await t.sql<{ n: number }>(`SELECT count(*)::int AS n FROM "${schema}".jobs WHERE queue = 'consumer.notifier' AND state = 'completed'`);
+      assert.equal(completed[0]!.n, 20);
+
+      // Redeliveries of three handled events (new jobs carrying them): found in the inbox, the handler does not run.
+      const duplicates = waitForEvents(consumer.worker, 'completed', 3); // a duplicate's count commits with its completion
+      await t.sql(
+        `INSERT INTO "${schema}".jobs (id, queue, type, state, max_attempts, payload)
+         SELECT gen_random_uuid(), queue, type, 'available', max_attempts, payload FROM "${schema}".jobs
+          WHERE queue = 'consumer.notifier' AND (payload->'data'->>'n')::int < 3`,
+      );
+      await duplicates;
+      assert.equal(handled.length, 20, 'no handler ran for a redelivery');
+      assert.equal((await mailroom.stats()).consumers.notifier?.duplicatesRejected, 3);
+
+      // An attempt that lost its job (claimed again meanwhile) completes nothing and records no key.
+      const stale = waitForEvents(consumer.worker, 'stale', 1);
+      await mailroom.publish(other, { n: 99 });
+      await flushUntil(relay, 1);
+      await reachedHold;
+      await t.sql(`UPDATE "${schema}".jobs SET claim_count = claim_count + 1 WHERE queue = 'consumer.notifier' AND (payload->'data'->>'n')::int = 99`);
+      hold!();
+      await stale;
+      const staleKey = await t.sql<{ n: number }>(
+        `SELECT count(*)::int AS n FROM "${schema}".inbox AS i JOIN "${schema}".jobs AS j ON j.payload->>'id' = i.event_id::text
+          WHERE i.consumer_group = 'notifier' AND (j.payload->'data'->>'n')::int = 99`,
+      );
+      assert.equal(staleKey[0]!.n, 0, 'no inbox key for the stale attempt');
       await consumer.stop();
     });
   });

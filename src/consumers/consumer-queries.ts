@@ -7,7 +7,7 @@ export interface ConsumerQueries {
   lockInternalCursor: NamedQuery;
   registerGroup: NamedQuery;
   deliveredOfTypes: NamedQuery;
-  inboxSeen: NamedQuery;
+  inboxSeenAmong: NamedQuery;
   inboxRecord: NamedQuery;
   inboxForget: NamedQuery;
   countDuplicate: NamedQuery;
@@ -52,8 +52,8 @@ export function consumerQueries(quotedSchema: string): ConsumerQueries {
         WHERE o.type = ANY($1::text[]) AND (o.xid, o.position) <= ($2::xid8, $3::bigint) AND o.position > $4::bigint
         ORDER BY o.position LIMIT $5`,
     ),
-    // $1 group, $2 event id
-    inboxSeen: q('inbox_seen', `SELECT 1 AS seen FROM ${s}.inbox WHERE consumer_group = $1 AND event_id = $2`),
+    // $1 group, $2 event ids: those of them the group's inbox holds.
+    inboxSeenAmong: q('inbox_seen_among', `SELECT event_id FROM ${s}.inbox WHERE consumer_group = $1 AND event_id = ANY($2::uuid[])`),
     // $1 group, $2 event id. In the handler's transaction; waits for a concurrent holder of the key.
     inboxRecord: q('inbox_record', `INSERT INTO ${s}.inbox (consumer_group, event_id) VALUES ($1, $2) ON CONFLICT DO NOTHING RETURNING 1 AS recorded`),
     // $1 group, $2 event id. A snoozed handler's key, taken back in its transaction.

@@ -4,6 +4,7 @@ import { MailroomError, RetryableError, ValidationError } from '../errors.ts';
 import { fromEnvelope, toEnvelope, type OutboxRow } from '../events/envelope.ts';
 import { registerQueuePolicy } from '../worker/queue-policies.ts';
 import { runInHandlerTx } from '../worker/handler-tx.ts';
+import { runOf } from '../worker/job-run.ts';
 import { currentContext, runInContext } from '../observe/context.ts';
 import { retryHorizonMs } from '../retention.ts';
 import { isSnooze } from '../snooze.ts';
@@ -15,6 +16,7 @@ import type { Worker, WorkerEvents, WorkerOptions } from '../worker/worker.ts';
 import type { SafetyWarning } from '../brokers/safety.ts';
 import type { ConsumerQueries } from './consumer-queries.ts';
 import { inboxKeyOf } from './decode-message.ts';
+import { InboxLookup } from './inbox-lookup.ts';
 import { SourceIngest, type IngestedInfo } from './ingest.ts';
 import type { IngestQueries } from './ingest-queries.ts';
 import type { ConsumerContext, EventHandler } from './handle-event.ts';
@@ -58,6 +60,8 @@ export class Consumer extends SafeEmitter<ConsumerEvents> {
   private readonly resolved: ResolvedConsumerOptions;
   /** Stores what the broker source delivers; null for internal events. */
   private readonly ingest: SourceIngest | null;
+  /** Whether the group's inbox holds an event, asked for many handlers at once. */
+  private readonly lookup: InboxLookup;
   private pruneTimer: NodeJS.Timeout | undefined;
   private started = false;
 
@@ -70,6 +74,7 @@ export class Consumer extends SafeEmitter<ConsumerEvents> {
     this.resolved = resolveConsumerOptions(options);
     this.group = this.resolved.group;
     this.queue = this.resolved.queue;
+    this.lookup = new InboxLookup(deps.driver, deps.queries.inboxSeenAmong, this.group);
     // The group's jobs carry event types: the worker takes their retry policy, classifier and timeout from here.
     registerQueuePolicy(this.queue, { retry: this.resolved.retry, classify: this.resolved.classify, timeoutMs: this.resolved.timeoutMs });
     const handlers: Record<string, JobHandler> = {};
@@ -233,37 +238,37 @@ export class Consumer extends SafeEmitter<ConsumerEvents> {
   }
 
   /**
-   * The job handler around the user's: the inbox key is written in `ctx.tx`,
-   * committing with the handler's work and the job's completion; a
-   * redelivered event finds its key and is acknowledged and counted without
-   * running the handler. On PostgreSQL the key is written first (one round
-   * trip less; a racing delivery waits on the uncommitted key, then finds it);
-   * on the embedded database it is looked up first and written after the
-   * handler (a racing delivery then rolls its work back and retries).
+   * The job handler around the user's. A redelivered event is found in the
+   * inbox (one lookup for a burst of handlers), acknowledged and counted
+   * without running the handler. Otherwise the event's inbox key commits with
+   * the handler's work: when the handler opens `ctx.tx`, the key is its
+   * transaction's first statement (a racing delivery waits for this one to
+   * commit or roll back, then finds the key); when it never does, the key is
+   * written with the job's batched completion, in the same statement.
    */
   private wrap(handler: EventHandler): JobHandler {
-    const { driver, queries } = this.deps;
-    // On the embedded database an open ctx.tx holds the only connection, and ctx.step needs one of
-    // its own: there the key is looked up before the handler and written after it.
-    const inboxFirst = driver.kind === 'pg';
+    const { queries } = this.deps;
     const group = this.group;
+    const lookup = this.lookup;
     return async (job: Job, ctx: JobContext) => {
       const event = fromEnvelope(job.data);
       const inboxKey = inboxKeyOf(event);
-      const duplicate = async () => {
+      if (await lookup.seen(inboxKey)) {
         await runInHandlerTx(ctx.tx, queries.countDuplicate, [group]);
         this.emit('duplicate', { id: event.id, type: event.type, group });
         return undefined;
-      };
-      if (inboxFirst) {
-        // The key first, in ctx.tx: a redelivery finds it, or waits for a delivery in flight to commit
-        // or roll back, before any handler runs; it commits with the handler's work.
-        const recorded = await runInHandlerTx(ctx.tx, queries.inboxRecord, [group, inboxKey]);
-        if (recorded.rows.length === 0) return duplicate();
-      } else {
-        const seen = await driver.run(queries.inboxSeen, [group, inboxKey]);
-        if (seen.rows.length > 0) return duplicate();
       }
+      const run = runOf(ctx);
+      if (run === undefined) throw new MailroomError(`consumer ${group}: a handler context without its job run (a bug in mailroom)`);
+      let keyInTx = false;
+      run.inboxKey = { group, key: inboxKey };
+      run.txPrelude = async (tx) => {
+        keyInTx = true;
+        const recorded = await tx.run(queries.inboxRecord, [group, inboxKey]);
+        if (recorded.rows.length === 0) {
+          throw new RetryableError(`event ${event.id} (${event.type}) was handled by another delivery of it meanwhile; this delivery stops here`, { after: 0 });
+        }
+      };
       const consumerCtx: ConsumerContext = {
         get signal() {
           return ctx.signal;
@@ -285,16 +290,9 @@ export class Consumer extends SafeEmitter<ConsumerEvents> {
         outer === undefined && event.correlationId === null
           ? await handler(event, consumerCtx)
           : await runInContext({ ...outer, correlationId: event.correlationId ?? outer?.correlationId ?? null, eventId: event.id }, () => handler(event, consumerCtx));
-      if (isSnooze(result)) {
-        // Not handled yet: no inbox key (the reschedule commits with ctx.tx).
-        if (inboxFirst) await runInHandlerTx(ctx.tx, queries.inboxForget, [group, inboxKey]);
-        return result;
-      }
-      if (!inboxFirst) {
-        const recorded = await runInHandlerTx(ctx.tx, queries.inboxRecord, [group, inboxKey]);
-        if (recorded.rows.length === 0) {
-          throw new RetryableError(`event ${event.id} (${event.type}) was handled by another delivery meanwhile; this delivery's work is rolled back`, { after: 0 });
-        }
+      if (isSnooze(result) && keyInTx) {
+        // Not handled yet: the key goes again (the reschedule commits with ctx.tx).
+        await runInHandlerTx(ctx.tx, queries.inboxForget, [group, inboxKey]);
       }
       return result;
     };

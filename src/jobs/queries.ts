@@ -14,6 +14,7 @@ export interface JobQueries {
   deleteWithdrawn: NamedQuery;
   claim: NamedQuery;
   complete: NamedQuery;
+  completeRecordingInbox: NamedQuery;
   fail: NamedQuery;
   reschedule: NamedQuery;
   releaseMany: NamedQuery;
@@ -97,6 +98,27 @@ export function jobQueries(quotedSchema: string): JobQueries {
          FROM unnest($1::uuid[], $2::int[]) AS c(id, claim)
         WHERE j.id = c.id AND j.claim_count = c.claim AND j.state = 'active'
        RETURNING j.id`,
+    ),
+    // $1 ids, $2 claims, $3 consumer groups, $4 inbox keys (null where a job has none): the
+    // completion above, and in the same statement each completed job's inbox key (a consumer
+    // handler that never opened ctx.tx). A key already there (another delivery recorded it
+    // meanwhile) is left as it is.
+    completeRecordingInbox: q(
+      'complete_recording_inbox',
+      `WITH done AS (
+         UPDATE ${s}.jobs AS j SET state = 'completed', finished_at = now(), locked_until = NULL
+           FROM unnest($1::uuid[], $2::int[]) AS c(id, claim)
+          WHERE j.id = c.id AND j.claim_count = c.claim AND j.state = 'active'
+         RETURNING j.id),
+       recorded AS (
+         INSERT INTO ${s}.inbox (consumer_group, event_id)
+         SELECT k.consumer_group, k.event_id
+           FROM unnest($1::uuid[], $3::text[], $4::uuid[]) AS k(id, consumer_group, event_id)
+           JOIN done ON done.id = k.id
+          WHERE k.consumer_group IS NOT NULL
+          ORDER BY k.consumer_group, k.event_id
+         ON CONFLICT DO NOTHING)
+       SELECT id FROM done`,
     ),
     // $1 id, $2 claim, $3 retry wanted, $4 delay ms, $5 dead reason if not retried,
     // $6 category, $7 message, $8 stack. Past expires_at a retry becomes a dead letter ('max-age').

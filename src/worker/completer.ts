@@ -1,9 +1,11 @@
 import type { Driver } from '../storage/driver.ts';
 import type { JobQueries } from '../jobs/queries.ts';
+import type { InboxKey } from './job-run.ts';
 
 interface Pending {
   id: string;
   claim: number;
+  inbox: InboxKey | undefined;
   resolve: (recorded: boolean) => void;
   reject: (error: unknown) => void;
 }
@@ -39,9 +41,10 @@ export class Completer {
     private readonly maxBatch = 1000,
   ) {}
 
-  complete(id: string, claim: number): Promise<boolean> {
+  /** Completes a job (fenced by its claim); `inbox` is a consumer's key, recorded with the completion when it is written. */
+  complete(id: string, claim: number, inbox?: InboxKey): Promise<boolean> {
     return new Promise((resolve, reject) => {
-      this.pending.push({ id, claim, resolve, reject });
+      this.pending.push({ id, claim, inbox, resolve, reject });
       if (!this.flushing) this.flushing = this.flushLoop();
     });
   }
@@ -59,10 +62,13 @@ export class Completer {
   private async write(batch: Pending[]): Promise<Set<string>> {
     const ids = batch.map((p) => p.id);
     const claims = batch.map((p) => p.claim);
+    const withInbox = batch.some((p) => p.inbox !== undefined);
+    const query = withInbox ? this.queries.completeRecordingInbox : this.queries.complete;
+    const params = withInbox ? [ids, claims, batch.map((p) => p.inbox?.group ?? null), batch.map((p) => p.inbox?.key ?? null)] : [ids, claims];
     let delay = 100;
     for (let attempt = 1; ; attempt++) {
       try {
-        const { rows } = await this.hooks.serialize(() => this.driver.run<{ id: string }>(this.queries.complete, [ids, claims]));
+        const { rows } = await this.hooks.serialize(() => this.driver.run<{ id: string }>(query, params));
         return new Set(rows.map((r) => r.id));
       } catch (error) {
         if (attempt >= MAX_ATTEMPTS || this.hooks.givingUp()) throw error;

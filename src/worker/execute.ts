@@ -12,7 +12,7 @@ import { HandlerTransaction } from './handler-tx.ts';
 import { idempotencyKey, runStep } from './steps.ts';
 import { advanceVersion } from '../versions.ts';
 import type { ClaimedRow, Job, JobContext, JobHandler } from './types.ts';
-import type { JobRun } from './job-run.ts';
+import { RUN_OF, type JobRun } from './job-run.ts';
 import { SpanStatusCode, type Span } from '@opentelemetry/api';
 import { runInContext } from '../observe/context.ts';
 import { startHandlerSpan, withTraceContext } from '../observe/tracing.ts';
@@ -101,18 +101,19 @@ export function toJob(row: ClaimedRow): Job {
 export function execute(run: JobRun, handler: JobHandler | undefined, deps: ExecutionDeps): Promise<Execution> {
   const { row } = run;
   let tx: HandlerTransaction | undefined;
-  const ctx: JobContext = {
+  const ctx: JobContext & { readonly [RUN_OF]: JobRun } = {
     get signal() {
       return run.signal;
     },
     workerId: deps.workerId,
     get tx() {
-      tx ??= new HandlerTransaction(deps.driver, `${row.type} ${row.id}`, deps.leaseMs);
+      tx ??= new HandlerTransaction(deps.driver, `${row.type} ${row.id}`, deps.leaseMs, run);
       return tx.queryable;
     },
     step: (name, fn) => runStep(deps.driver, deps.stepQueries, row, name, fn, tx?.isOpen ?? false),
     idempotencyKey: (name) => idempotencyKey(row, name),
     isNewer: (entity, version) => advanceVersion(ctx.tx, deps.quotedSchema, entity, version),
+    [RUN_OF]: run,
   };
   return new Promise<Execution>((resolve) => {
     let timer: NodeJS.Timeout | undefined;

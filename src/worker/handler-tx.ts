@@ -38,6 +38,8 @@ export class HandlerTransaction {
     private readonly driver: Driver,
     private readonly jobLabel: string,
     private readonly leaseMs: number,
+    /** Its `txPrelude`, when set, runs first in the transaction (read when the transaction opens). */
+    private readonly hooks?: { readonly txPrelude: ((tx: Transaction) => Promise<void>) | undefined },
   ) {
     this.queryable = {
       query: <R>(sql: string, params?: readonly unknown[]): Promise<QueryResult<R>> => this.query<R>(sql, params),
@@ -70,6 +72,8 @@ export class HandlerTransaction {
   private open(): Promise<Transaction> {
     this.opening ??= new Promise<Transaction>((resolveTx, rejectTx) => {
       this.outcome = this.driver.transaction(async (tx) => {
+        const prelude = this.hooks?.txPrelude;
+        if (prelude) await prelude(tx); // a failure here rolls back and rejects the handler's first query
         resolveTx(tx);
         const finish = await new Promise<Finish | null>((resolve) => (this.settle = resolve));
         if (finish === null) throw new RollbackSignal();

@@ -1,4 +1,19 @@
-import type { ClaimedRow } from './types.ts';
+import type { Transaction } from '../storage/driver.ts';
+import type { ClaimedRow, JobContext } from './types.ts';
+
+/** A key a consumer group's inbox records together with the job's batched completion. */
+export interface InboxKey {
+  readonly group: string;
+  readonly key: string;
+}
+
+/** The key under which a handler's context (made in execute.ts) carries its run. */
+export const RUN_OF: unique symbol = Symbol('mailroom.jobRun');
+
+/** The run behind a handler's context, for wrappers inside mailroom (the consumer's inbox). */
+export function runOf(ctx: JobContext): JobRun | undefined {
+  return (ctx as JobContext & { [RUN_OF]?: JobRun })[RUN_OF];
+}
 
 /**
  * One claimed job while this worker runs it: whether its outcome is taken,
@@ -9,6 +24,13 @@ import type { ClaimedRow } from './types.ts';
 export class JobRun {
   /** True once an outcome was taken (recorded, or given up on abort). */
   settled = false;
+  /**
+   * Run in the handler's transaction before its first statement (the consumer's
+   * inbox key, so a racing delivery waits for this one's commit).
+   */
+  txPrelude: ((tx: Transaction) => Promise<void>) | undefined = undefined;
+  /** Recorded with a batched completion when the handler never opened `ctx.tx`. */
+  inboxKey: InboxKey | undefined = undefined;
   private controller: AbortController | undefined;
   private abortState: { reason: unknown } | undefined;
   private abortListener: (() => void) | undefined;

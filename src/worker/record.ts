@@ -3,6 +3,7 @@ import type { Driver } from '../storage/driver.ts';
 import type { Completer } from './completer.ts';
 import type { Outcome } from './execute.ts';
 import { completeInTransaction, rescheduleInTransaction, type HandlerTransaction } from './handler-tx.ts';
+import type { InboxKey } from './job-run.ts';
 import type { ClaimedRow } from './types.ts';
 
 /** What a recorded outcome turned out to be, for the worker's events. */
@@ -28,9 +29,16 @@ export interface RecordDeps {
  * Writes a handler's outcome as one fenced state change: completion (batched,
  * or inside the handler's `ctx.tx`), snooze / back-off, or failure (retry or
  * dead letter, with the attempt's error). A refused fence means another claim
- * owns the job now: the result is `stale` and nothing was written.
+ * owns the job now: the result is `stale` and nothing was written. A batched
+ * completion also records `inboxKey` (a consumer's, when `ctx.tx` stayed closed).
  */
-export async function recordOutcome(deps: RecordDeps, row: ClaimedRow, outcome: Exclude<Outcome, { kind: 'abandoned' }>, tx: HandlerTransaction | undefined): Promise<Recorded> {
+export async function recordOutcome(
+  deps: RecordDeps,
+  row: ClaimedRow,
+  outcome: Exclude<Outcome, { kind: 'abandoned' }>,
+  tx: HandlerTransaction | undefined,
+  inboxKey?: InboxKey,
+): Promise<Recorded> {
   if (tx?.isOpen && (outcome.kind === 'completed' || outcome.kind === 'snoozed')) {
     // The handler's own writes and the fenced state change commit together, or not at all.
     const finish =
@@ -47,7 +55,7 @@ export async function recordOutcome(deps: RecordDeps, row: ClaimedRow, outcome: 
   }
   await tx?.rollback();
   if (outcome.kind === 'completed') {
-    const recorded = await deps.completer.complete(row.id, row.claim_count); // the completer retries its batches
+    const recorded = await deps.completer.complete(row.id, row.claim_count, inboxKey); // the completer retries its batches
     return recorded ? { kind: 'completed' } : { kind: 'stale' };
   }
   if (outcome.kind === 'snoozed' || outcome.kind === 'rate-limited') {

@@ -323,7 +323,7 @@ export class Worker extends SafeEmitter<WorkerEvents> {
     if (outcome.kind === 'completed' && tx === undefined && !entry.settled) {
       // The hot path: a batched, fenced completion.
       entry.settled = true;
-      this.completer.complete(row.id, row.claim_count).then(
+      this.completer.complete(row.id, row.claim_count, entry.inboxKey).then(
         (recorded) => {
           if (!this.abandoned) {
             if (recorded) {
@@ -357,7 +357,7 @@ export class Worker extends SafeEmitter<WorkerEvents> {
     }
     entry.settled = true;
     const { row } = entry;
-    const result = await recordOutcome(this.recordDeps, row, outcome, tx);
+    const result = await recordOutcome(this.recordDeps, row, outcome, tx, entry.inboxKey);
     if (this.abandoned) return;
     const job = refOf(row);
     switch (result.kind) {
