@@ -1,0 +1,84 @@
+/**
+ * Where the end-to-end lag goes: events published one per transaction at RATE
+ * for SECONDS through BROKER (or INTERNAL=1: the internal fan-out), then per
+ * event, from the database's clock: outbox commit -> job stored (relay,
+ * broker, ingest) -> job completed (worker). Prints percentiles of each.
+ *
+ *   npx tsx bench/brokers/lag-probe.ts   (env: BROKER=rabbitmq|nats|redis, INTERNAL=1, RATE, SECONDS, KEYS)
+ */
+import pg from 'pg';
+import { createMailroom } from '../../dist/index.js';
+import { createDatabase, dropDatabase } from '../db.ts';
+import { noted, PAD, setups, type Kind } from './setups.ts';
+
+const serverUrl = 'postgres://postgres@127.0.0.1:5432/postgres';
+const kind = (process.env.BROKER ?? 'rabbitmq') as Kind;
+const internal = process.env.INTERNAL === '1';
+const rate = Number(process.env.RATE ?? 1000);
+const seconds = Number(process.env.SECONDS ?? 5);
+const keys = Number(process.env.KEYS ?? 10_000);
+const perTx = Number(process.env.PER_TX ?? 1);
+const name = `mrbench_probe_${Date.now().toString(36)}`;
+const setup = setups({ rabbitmq: 'amqp://guest:guest@127.0.0.1:5672', nats: 'nats://127.0.0.1:4222', redis: 'redis://127.0.0.1:6379' })[kind];
+const url = await createDatabase(serverUrl, name);
+const mailroom = await createMailroom({ database: url, poolSize: 12 });
+await mailroom.migrate();
+const total = Math.round(rate * seconds);
+let handled = 0;
+let resolveAll: () => void = () => {};
+const all = new Promise<void>((r) => (resolveAll = r));
+if (!internal) await setup.prepare(name);
+const consumer = mailroom.consumer({
+  group: 'bench',
+  ...(internal ? {} : { source: setup.source(name) }),
+  concurrency: 50,
+  prefetch: 200,
+  pollInterval: 200,
+  handlers: { [noted.type]: async () => { if (++handled >= total) resolveAll(); } },
+});
+consumer.on('warning', () => {});
+await consumer.start();
+const batchSize = Number(process.env.RBATCH ?? 100);
+const relay = mailroom.relay(internal ? { pollInterval: 50, batchSize } : { to: [setup.target(name)], internal: false, pollInterval: 50, batchSize });
+relay.on('warning', () => {});
+relay.on('held-back', () => {});
+let rounds = 0;
+const deliveries: { at: number; count: number }[] = [];
+relay.on('delivered', (info: { count: number }) => { rounds++; deliveries.push({ at: performance.now(), count: info.count }); });
+let held = 0;
+relay.on('held-back', () => held++);
+await relay.start();
+const started = performance.now();
+const inFlight = new Set<Promise<unknown>>();
+for (let sent = 0; sent < total; ) {
+  const due = Math.min(total, Math.floor(((performance.now() - started) / 1000) * rate));
+  while (sent + perTx <= due || (sent < due && due === total)) {
+    const items = Array.from({ length: Math.min(perTx, total - sent) }, (_, i) => ({ n: sent + i, pad: PAD }));
+    sent += items.length;
+    const p = mailroom.publishMany(noted, items, keys > 0 ? { key: (d) => `order-${d.n % keys}` } : {});
+    inFlight.add(p);
+    void p.finally(() => inFlight.delete(p));
+  }
+  await new Promise((r) => setTimeout(r, 10));
+}
+await Promise.all(inFlight);
+await Promise.race([all, new Promise((r) => setTimeout(r, 60_000))]);
+await consumer.stop();
+await relay.stop();
+const c = new pg.Client(url);
+await c.connect();
+const { rows } = await c.query(`
+  SELECT extract(epoch FROM j.created_at - o.created_at) * 1000 AS stored, extract(epoch FROM j.finished_at - j.created_at) * 1000 AS worked
+    FROM mailroom.outbox o JOIN mailroom.jobs j ON j.payload->>'id' = o.id::text WHERE j.queue = 'consumer.bench'`);
+await c.end();
+const pct = (xs: number[], p: number) => { const s = [...xs].sort((a, b) => a - b); return s[Math.min(s.length - 1, Math.floor((p / 100) * s.length))]!.toFixed(1); };
+const stored = rows.map((r) => Number(r.stored));
+const worked = rows.filter((r) => r.worked !== null).map((r) => Number(r.worked));
+console.log(`${internal ? 'internal' : kind} at ${rate}/s, ${keys} keys: ${rows.length} jobs, ${worked.length} completed, ${handled} handled, ${rounds} relay deliveries`);
+console.log(`  commit -> stored as job: p50 ${pct(stored, 50)} p90 ${pct(stored, 90)} p99 ${pct(stored, 99)} ms`);
+console.log(`  stored -> completed:     p50 ${pct(worked, 50)} p90 ${pct(worked, 90)} p99 ${pct(worked, 99)} ms`);
+if (process.env.ROUNDS) for (let i = 1; i < deliveries.length; i++) console.log(`  +${(deliveries[i]!.at - deliveries[i - 1]!.at).toFixed(1)} ms: ${deliveries[i]!.count}`);
+console.log(`  held-back reports ${held}`);
+if (!internal) await setup.cleanup(name).catch(() => {});
+await mailroom.close({ timeout: 2000 });
+if (process.env.KEEP) console.log(`kept ${url}`); else await dropDatabase(serverUrl, name);
