@@ -4,6 +4,7 @@
  * profiling the relay's own share (`--cpu-prof`).
  *
  *   N=20000 TARGET=null|redis|nats|rabbitmq npx tsx bench/brokers/relay-alone.ts
+ *   PROF=1 ...   a CPU profile of the relay's run only, in /tmp/prof
  */
 import { createMailroom, type RelayTarget } from '../../dist/index.js';
 import { createDatabase, dropDatabase } from '../db.ts';
@@ -32,6 +33,22 @@ if (process.env.LOG_STATEMENTS) {
   await c.query(`ALTER DATABASE "${name}" SET log_min_duration_statement = 0`);
   await c.end();
 }
+/** Starts the inspector's CPU profiler; the returned function writes /tmp/prof/relay-<time>.cpuprofile. */
+async function startProfile(): Promise<() => Promise<void>> {
+  const { Session } = await import('node:inspector/promises');
+  const { mkdir, writeFile } = await import('node:fs/promises');
+  const session = new Session();
+  session.connect();
+  await session.post('Profiler.enable');
+  await session.post('Profiler.start');
+  return async () => {
+    const { profile } = await session.post('Profiler.stop');
+    await mkdir('/tmp/prof', { recursive: true });
+    await writeFile(`/tmp/prof/relay-${Date.now()}.cpuprofile`, JSON.stringify(profile));
+    session.disconnect();
+  };
+}
+
 const mailroom = await createMailroom({ database: url, poolSize: 4 });
 try {
   await mailroom.migrate();
@@ -43,10 +60,12 @@ try {
   relay.on('warning', () => {});
   let delivered = 0;
   const done = new Promise<void>((resolve) => relay.on('delivered', (i) => (delivered += i.count) >= N && resolve()));
+  const profiler = process.env.PROF ? await startProfile() : null;
   const started = now();
   await relay.start();
   await done;
   const seconds = (now() - started) / 1000;
+  await profiler?.();
   await relay.stop();
   console.log(`${kind}: ${N} events in ${seconds.toFixed(2)} s = ${Math.round(N / seconds)} events/s (batch ${BATCH})`);
 } finally {
