@@ -121,6 +121,11 @@ export class NodeFleet {
     return [...this.live].filter((c) => c.roles.includes(role) && !c.paused && !c.killedByTest && Date.now() - c.readyAt >= minUptimeMs);
   }
 
+  /** Live processes with a role that were not killed by the test, booting ones too. */
+  alive(role: NodeRole): NodeChild[] {
+    return [...this.live].filter((c) => c.roles.includes(role) && !c.killedByTest);
+  }
+
   /** Resolves when every live process is ready. */
   async allReady(): Promise<void> {
     await Promise.all([...this.live].map((c) => c.ready));

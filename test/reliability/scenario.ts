@@ -208,9 +208,11 @@ export async function runScenario(env: ScenarioEnv, options: ScenarioOptions, ch
     await workload.stop();
     const faultsDoneMs = Date.now() - t0;
 
-    // Recovery: every role has a live process again, then everything drains.
+    // Recovery: every role has a live process again, then everything drains. A replacement still
+    // booting counts: a second relay + rabbit process would make two consumers of the RabbitMQ
+    // queue, which the broker serves round-robin, and per-key order across them is not promised.
     const fleetRoles: NodeRole[][] = [['jobs', 'inproc'], options.rabbit ? ['relay', 'rabbit'] : ['relay']];
-    for (const roles of fleetRoles) if (fleet.running(roles[0]!).length === 0) fleet.spawn(roles);
+    for (const roles of fleetRoles) if (fleet.alive(roles[0]!).length === 0) fleet.spawn(roles);
     await fleet.allReady();
     const drain = await drainRun(direct, sql, schema, log, env.rabbitUrl, queue);
     await fleet.killAll();
