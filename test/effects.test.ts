@@ -120,6 +120,42 @@ for (const db of testDatabases()) {
       assert.deepEqual(seen, ['7s'], 'a paused worker cannot hold its transaction (and its row locks) past the lease');
     });
 
+    it('a ctx.tx commit refused as a serialization failure is a failed attempt retried at once, not a job left to its lease', { skip: db.name === 'pglite' ? 'one connection: no two transactions at once' : false }, async () => {
+      const { mailroom, schema, sql } = await db.open();
+      await sql(`CREATE TABLE "${schema}".skew (k int NOT NULL)`);
+      const job = defineJob('fx.skew', { queue: 'fx-skew', retry: { maxAttempts: 3 } });
+      const worker = mailroom.worker({
+        queues: ['fx-skew'],
+        lease: '60s',
+        pollInterval: 20,
+        handlers: {
+          [job.name]: async (j: Job, ctx: JobContext) => {
+            await ctx.tx.query('SET TRANSACTION ISOLATION LEVEL SERIALIZABLE');
+            await ctx.tx.query(`SELECT count(*) FROM "${schema}".skew WHERE k = 1`);
+            await ctx.tx.query(`INSERT INTO "${schema}".skew (k) VALUES (2)`);
+            if (j.attempt === 1) {
+              // Write skew: another serializable transaction reads what this one wrote and writes what it read, and commits first.
+              await sql(`BEGIN ISOLATION LEVEL SERIALIZABLE; SELECT count(*) FROM "${schema}".skew WHERE k = 2; INSERT INTO "${schema}".skew (k) VALUES (1); COMMIT`);
+            }
+          },
+        },
+      });
+      const failed = waitForEvents(worker, 'failed', 1, 15_000);
+      const done = waitForEvents(worker, 'completed', 1, 15_000); // well before the 60 s lease would have let it run again
+      const id = await mailroom.enqueue(job, {});
+      await worker.start();
+      const [, failure] = (await failed)[0]!;
+      await done;
+      await worker.stop();
+      assert.equal(failure.category, 'transient');
+      assert.match(failure.message, /collided with another and was rolled back .*serializ/);
+      const status = await mailroom.jobs.get(id);
+      assert.equal(status?.state, 'completed');
+      assert.equal(status?.attempts, 2);
+      const rows = await sql<{ k: number }>(`SELECT k FROM "${schema}".skew ORDER BY k`);
+      assert.deepEqual(rows.map((r) => r.k), [1, 2], "the other transaction's row and the second attempt's, not the first attempt's");
+    });
+
     it('ctx.tx used after the handler returned is a clear error, and the job still completes', async () => {
       const { mailroom } = await db.open();
       const job = defineJob('effects.late', { queue: 'late' });

@@ -1,10 +1,5 @@
 import type { Driver, NamedQuery } from '../storage/driver.ts';
-
-interface Asked {
-  key: string;
-  resolve: (seen: boolean) => void;
-  reject: (error: unknown) => void;
-}
+import { CoalescingBatch } from '../storage/coalescing-batch.ts';
 
 /**
  * Answers "has this group handled the event already?" for many handlers with
@@ -13,40 +8,24 @@ interface Asked {
  * in bursts as the worker claims, so a burst costs one round trip.
  */
 export class InboxLookup {
-  private asked: Asked[] = [];
-  private looking: Promise<void> | undefined;
+  private readonly batches: CoalescingBatch<string, boolean>;
 
   constructor(
-    private readonly driver: Driver,
+    driver: Driver,
     /** $1 group, $2 keys: returns `event_id` of the keys present. */
-    private readonly query: NamedQuery,
-    private readonly group: string,
-    private readonly maxBatch = 1000,
-  ) {}
+    query: NamedQuery,
+    group: string,
+    maxBatch = 1000,
+  ) {
+    this.batches = new CoalescingBatch(async (keys) => {
+      const { rows } = await driver.run<{ event_id: string }>(query, [group, keys]);
+      const present = new Set(rows.map((r) => r.event_id));
+      return keys.map((key) => present.has(key));
+    }, maxBatch);
+  }
 
   /** Resolves true when the group's inbox holds `key`. */
   seen(key: string): Promise<boolean> {
-    return new Promise((resolve, reject) => {
-      this.asked.push({ key, resolve, reject });
-      this.looking ??= this.lookLoop();
-    });
-  }
-
-  private async lookLoop(): Promise<void> {
-    try {
-      await new Promise<void>((resolve) => setImmediate(resolve));
-      while (this.asked.length > 0) {
-        const batch = this.asked.splice(0, this.maxBatch);
-        try {
-          const { rows } = await this.driver.run<{ event_id: string }>(this.query, [this.group, batch.map((a) => a.key)]);
-          const present = new Set(rows.map((r) => r.event_id));
-          for (const a of batch) a.resolve(present.has(a.key));
-        } catch (error) {
-          for (const a of batch) a.reject(error);
-        }
-      }
-    } finally {
-      this.looking = undefined;
-    }
+    return this.batches.add(key);
   }
 }

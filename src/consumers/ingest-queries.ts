@@ -13,8 +13,12 @@ export function ingestQueries(quotedSchema: string): IngestQueries {
   const q = namedQueries(quotedSchema);
   return {
     // $1 job ids, $2 types, $3 keys, $4 correlation ids, $5 envelopes (json text), $6 queue,
-    // $7 max attempts, $8 max age ms (null: none). In delivery order, so the ordering trigger queues
-    // a key's events in the order the broker delivered them. A redelivery conflicts on the id.
+    // $7 max attempts, $8 max age ms (null: none). A key's events in delivery order, so the ordering
+    // trigger queues them in the order the broker delivered them; the keys one after another in key
+    // order, so stores running at once take the key rows the trigger locks in the same order. A
+    // redelivery of a stored event is skipped before it reaches the trigger (there it would lock
+    // its key row, then wait for a completion of that job in flight, which waits for the key row:
+    // a deadlock); one racing the first delivery conflicts on the id.
     storeEvents: q(
       'ingest_events',
       `INSERT INTO ${s}.jobs (id, queue, type, state, max_attempts, correlation_id, expires_at, payload, ordering_key, traceparent)
@@ -23,7 +27,8 @@ export function ingestQueries(quotedSchema: string): IngestQueries {
          FROM unnest($1::uuid[], $2::text[], $3::text[], $4::text[], $5::text[])
               WITH ORDINALITY AS e(id, type, key, correlation_id, envelope, ord)
         CROSS JOIN LATERAL (SELECT e.envelope::jsonb AS doc) AS d
-        ORDER BY e.ord
+        WHERE NOT EXISTS (SELECT 1 FROM ${s}.jobs AS j WHERE j.id = e.id)
+        ORDER BY e.key NULLS FIRST, e.ord
        ON CONFLICT (id) DO NOTHING
        RETURNING id`,
     ),

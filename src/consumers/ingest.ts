@@ -12,6 +12,7 @@ import type { ConsumerSource, SourceMessage } from '../brokers/source.ts';
 import type { SafetyWarning } from '../brokers/safety.ts';
 import type { Driver } from '../storage/driver.ts';
 import { Waker } from '../worker/waker.ts';
+import { isConcurrencyConflict } from '../storage/conflicts.ts';
 import { startBatchSpan } from '../observe/tracing.ts';
 import { decodeMessage, type DecodedDeadLetter, type DecodedEvent, type DecodedMessage, INVALID_MESSAGE_TYPE } from './decode-message.ts';
 import type { IngestQueries } from './ingest-queries.ts';
@@ -144,10 +145,12 @@ export class SourceIngest {
   /** Stores a batch, retrying with backoff while the database is unreachable; null when stopped first. */
   private async storeUntilDone(batch: readonly SourceMessage[], decoded: DecodedMessage[]): Promise<IngestedInfo | null> {
     let delay = 0;
-    for (;;) {
+    for (let attempt = 1; ; attempt++) {
       try {
         return await this.storeSplittingBadRows(batch, decoded);
       } catch (error) {
+        // A deadlock with a completion of the same keys was rolled back: the first is stored again at once, unreported.
+        if (attempt === 1 && isConcurrencyConflict(error) && this.state === 'running') continue;
         this.deps.report(error);
         if (this.state !== 'running') return null;
         delay = Math.min(MAX_RETRY_DELAY_MS, Math.max(100, delay * 2));

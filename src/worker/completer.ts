@@ -1,13 +1,13 @@
 import type { Driver } from '../storage/driver.ts';
+import { CoalescingBatch } from '../storage/coalescing-batch.ts';
+import { isConcurrencyConflict } from '../storage/conflicts.ts';
 import type { JobQueries } from '../jobs/queries.ts';
 import type { InboxKey } from './job-run.ts';
 
-interface Pending {
+interface Completion {
   id: string;
   claim: number;
   inbox: InboxKey | undefined;
-  resolve: (recorded: boolean) => void;
-  reject: (error: unknown) => void;
 }
 
 /** What the completer needs from its worker. */
@@ -31,35 +31,36 @@ const MAX_ATTEMPTS = 6;
  * retried with backoff, then rejected: those jobs are left to lease expiry.
  */
 export class Completer {
-  private pending: Pending[] = [];
-  private flushing: Promise<void> | undefined;
+  private readonly batches: CoalescingBatch<Completion, boolean>;
 
   constructor(
     private readonly driver: Driver,
     private readonly queries: JobQueries,
     private readonly hooks: CompleterHooks,
-    private readonly maxBatch = 1000,
-  ) {}
+    maxBatch = 1000,
+  ) {
+    this.batches = new CoalescingBatch(async (batch) => {
+      const recorded = await this.write(batch);
+      return batch.map((c) => recorded.has(c.id));
+    }, maxBatch);
+  }
 
   /** Completes a job (fenced by its claim); `inbox` is a consumer's key, recorded with the completion when it is written. */
   complete(id: string, claim: number, inbox?: InboxKey): Promise<boolean> {
-    return new Promise((resolve, reject) => {
-      this.pending.push({ id, claim, inbox, resolve, reject });
-      if (!this.flushing) this.flushing = this.flushLoop();
-    });
+    return this.batches.add({ id, claim, inbox });
   }
 
   /** Drops completions not yet sent, as a crash would. */
   abandon(): void {
-    for (const p of this.pending.splice(0)) p.resolve(false);
+    this.batches.settleUnsent(false);
   }
 
   /** Resolves when everything handed in so far is written. */
   async drain(): Promise<void> {
-    while (this.flushing) await this.flushing;
+    await this.batches.drain();
   }
 
-  private async write(batch: Pending[]): Promise<Set<string>> {
+  private async write(batch: Completion[]): Promise<Set<string>> {
     const ids = batch.map((p) => p.id);
     const claims = batch.map((p) => p.claim);
     const withInbox = batch.some((p) => p.inbox !== undefined);
@@ -72,27 +73,13 @@ export class Completer {
         return new Set(rows.map((r) => r.id));
       } catch (error) {
         if (attempt >= MAX_ATTEMPTS || this.hooks.givingUp()) throw error;
+        // A deadlock with another transaction (keys released here, taken by an insert there) was
+        // rolled back: the first one is run again at once and not reported.
+        if (attempt === 1 && isConcurrencyConflict(error)) continue;
         this.hooks.report(error);
         await new Promise((resolve) => setTimeout(resolve, delay));
         delay = Math.min(delay * 2, 5000);
       }
-    }
-  }
-
-  private async flushLoop(): Promise<void> {
-    try {
-      await new Promise<void>((resolve) => setImmediate(resolve));
-      while (this.pending.length > 0) {
-        const batch = this.pending.splice(0, this.maxBatch);
-        try {
-          const recorded = await this.write(batch);
-          for (const p of batch) p.resolve(recorded.has(p.id));
-        } catch (error) {
-          for (const p of batch) p.reject(error);
-        }
-      }
-    } finally {
-      this.flushing = undefined;
     }
   }
 }

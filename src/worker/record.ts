@@ -3,6 +3,7 @@ import type { Driver } from '../storage/driver.ts';
 import type { Completer } from './completer.ts';
 import type { Outcome } from './execute.ts';
 import { completeInTransaction, rescheduleInTransaction, type HandlerTransaction } from './handler-tx.ts';
+import { isConcurrencyConflict } from '../storage/conflicts.ts';
 import type { InboxKey } from './job-run.ts';
 import type { ClaimedRow } from './types.ts';
 
@@ -48,6 +49,9 @@ export async function recordOutcome(
     try {
       if (!(await tx.commitWith(finish))) return { kind: 'stale' };
     } catch (error) {
+      // A deadlock or serialization failure rolled the transaction back and left the job ours:
+      // record a failed attempt now (retried at once), rather than wait for the lease to expire.
+      if (isConcurrencyConflict(error)) return recordFailure(deps, row, decideConflictRetry(row, error));
       deps.report(error); // The commit failed: nothing happened; the lease expires and the job runs again.
       return { kind: 'unknown' };
     }
@@ -63,6 +67,18 @@ export async function recordOutcome(
     if (rowCount === 0) return { kind: 'stale' };
     return { kind: outcome.kind, delayMs: outcome.delayMs };
   }
+  return recordFailure(deps, row, outcome);
+}
+
+/** A conflict at commit as a failed attempt: retried at once while attempts remain. */
+function decideConflictRetry(row: ClaimedRow, error: unknown): Extract<Outcome, { kind: 'failed' }> {
+  const message = `the transaction collided with another and was rolled back (${error instanceof Error ? error.message : String(error)}); it runs again`;
+  const retry = row.attempt < row.max_attempts;
+  return { kind: 'failed', retry, delayMs: 0, deadReason: 'max-attempts', category: 'transient', message, stack: null };
+}
+
+/** Writes a failed attempt (retry or dead letter), fenced by the claim. */
+async function recordFailure(deps: RecordDeps, row: ClaimedRow, outcome: Extract<Outcome, { kind: 'failed' }>): Promise<Recorded> {
   const { rows } = await deps.withRetries(() =>
     deps.driver.run<{ state: string; run_at: Date }>(deps.queries.fail, [
       row.id,
