@@ -81,6 +81,25 @@ for (const db of testDatabases()) {
       assert.match(held?.status ?? '', /waiting for an earlier job with ordering key k2/);
     });
 
+    it('enqueueMany calls with the same keys in opposite orders, at once, do not deadlock; each key keeps its enqueue order', { skip: db.name === 'pglite' ? 'one connection: no two statements at once' : false }, async () => {
+      const { mailroom, schema, sql } = await db.open();
+      const job = defineJob<{ key: string; from: string }>('ordering.crossed', { queue: 'crossed' });
+      const keys = Array.from({ length: 200 }, (_, k) => `k${String(k).padStart(3, '0')}`);
+      for (let round = 0; round < 5; round++) {
+        await Promise.all([
+          mailroom.enqueueMany(job, keys.map((key) => ({ key, from: `up-${round}` })), { orderingKey: (d) => d.key }),
+          mailroom.enqueueMany(job, [...keys].reverse().map((key) => ({ key, from: `down-${round}` })), { orderingKey: (d) => d.key }),
+        ]);
+      }
+      const rows = await sql<{ n: number }>(`SELECT count(*)::int AS n FROM "${schema}".jobs WHERE queue = 'crossed'`);
+      assert.equal(rows[0]!.n, 2000);
+      // Within one call, a key has one job; across calls each key's jobs are numbered in commit order.
+      const perKey = await sql<{ ordering_key: string; seqs: number }>(
+        `SELECT ordering_key, count(DISTINCT ordering_seq)::int AS seqs FROM "${schema}".jobs WHERE queue = 'crossed' GROUP BY ordering_key`,
+      );
+      assert.ok(perKey.every((r) => r.seqs === 10), 'every key has 10 jobs with distinct places in its order');
+    });
+
     it('an ordering key must be a string', async () => {
       const { mailroom, schema, sql } = await db.open();
       const job = defineJob('ordering.bad', { queue: 'bad' });

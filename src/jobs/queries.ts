@@ -42,7 +42,9 @@ export function jobQueries(quotedSchema: string): JobQueries {
   return {
     // $1 ids, $2 queue, $3 type, $4 priorities, $5 run_at (null: now), $6 delay ms, $7 max attempts,
     // $8 dedup keys, $9 correlation ids, $10 max age ms (null: none), $11 payloads (json text),
-    // $12 ordering keys, $13 hold the ordering key when dead. Ordering is assigned by a trigger.
+    // $12 ordering keys, $13 hold the ordering key when dead. Ordering is assigned by a trigger, which
+    // locks each key's row: rows go in key order (a key's jobs in the caller's order), so two calls
+    // with the same keys lock them in the same order and cannot deadlock.
     enqueue: q(
       'enqueue',
       `INSERT INTO ${s}.jobs (id, queue, type, state, priority, run_at, max_attempts, dedup_key, correlation_id, expires_at,
@@ -55,7 +57,7 @@ export function jobQueries(quotedSchema: string): JobQueries {
                       COALESCE(u.run_at, now()) + u.delay_ms * interval '1 millisecond' AS run_at
                  FROM unnest($1::uuid[], $4::smallint[], $5::timestamptz[], $6::bigint[], $8::text[], $9::text[], $11::text[], $12::text[])
                       WITH ORDINALITY AS u(id, priority, run_at, delay_ms, dedup_key, correlation_id, payload, ordering_key, ord)) AS i
-        ORDER BY i.ord
+        ORDER BY i.ordering_key NULLS FIRST, i.ord
        ON CONFLICT (type, dedup_key) WHERE dedup_key IS NOT NULL AND state IN ${UNFINISHED} DO NOTHING
        RETURNING id`,
     ),
