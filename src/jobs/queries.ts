@@ -35,6 +35,14 @@ export const CLAIM_RETURNING = `j.id, j.queue, j.type, j.payload, j.attempt, j.m
     j.correlation_id, j.created_at, j.expires_at, j.traceparent`;
 const UNFINISHED = `('scheduled', 'available', 'active', 'retrying')`;
 
+/** The fenced batched completion ($1 ids, $2 claim tokens), returning the ids it completed. */
+function completeBatch(s: string): string {
+  return `UPDATE ${s}.jobs AS j SET state = 'completed', finished_at = now(), locked_until = NULL
+         FROM unnest($1::uuid[], $2::int[]) AS c(id, claim)
+        WHERE j.id = c.id AND j.claim_count = c.claim AND j.state = 'active'
+       RETURNING j.id`;
+}
+
 /** Builds the job statements for a quoted schema name (see `quoteSchema`). */
 export function jobQueries(quotedSchema: string): JobQueries {
   const s = quotedSchema;
@@ -96,10 +104,7 @@ export function jobQueries(quotedSchema: string): JobQueries {
     // $1 ids, $2 claim tokens
     complete: q(
       'complete',
-      `UPDATE ${s}.jobs AS j SET state = 'completed', finished_at = now(), locked_until = NULL
-         FROM unnest($1::uuid[], $2::int[]) AS c(id, claim)
-        WHERE j.id = c.id AND j.claim_count = c.claim AND j.state = 'active'
-       RETURNING j.id`,
+      completeBatch(s),
     ),
     // $1 ids, $2 claims, $3 consumer groups, $4 inbox keys (null where a job has none): the
     // completion above, and in the same statement each completed job's inbox key (a consumer
@@ -107,11 +112,7 @@ export function jobQueries(quotedSchema: string): JobQueries {
     // meanwhile) is left as it is.
     completeRecordingInbox: q(
       'complete_recording_inbox',
-      `WITH done AS (
-         UPDATE ${s}.jobs AS j SET state = 'completed', finished_at = now(), locked_until = NULL
-           FROM unnest($1::uuid[], $2::int[]) AS c(id, claim)
-          WHERE j.id = c.id AND j.claim_count = c.claim AND j.state = 'active'
-         RETURNING j.id),
+      `WITH done AS (${completeBatch(s)}),
        recorded AS (
          INSERT INTO ${s}.inbox (consumer_group, event_id)
          SELECT k.consumer_group, k.event_id

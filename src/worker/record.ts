@@ -1,8 +1,9 @@
 import type { JobQueries } from '../jobs/queries.ts';
 import type { Driver } from '../storage/driver.ts';
 import type { Completer } from './completer.ts';
-import type { Outcome } from './execute.ts';
+import { decideFailure, type Outcome } from './execute.ts';
 import { completeInTransaction, rescheduleInTransaction, type HandlerTransaction } from './handler-tx.ts';
+import { RetryableError } from '../errors.ts';
 import { isConcurrencyConflict } from '../storage/conflicts.ts';
 import type { InboxKey } from './job-run.ts';
 import type { ClaimedRow } from './types.ts';
@@ -50,8 +51,12 @@ export async function recordOutcome(
       if (!(await tx.commitWith(finish))) return { kind: 'stale' };
     } catch (error) {
       // A deadlock or serialization failure rolled the transaction back and left the job ours:
-      // record a failed attempt now (retried at once), rather than wait for the lease to expire.
-      if (isConcurrencyConflict(error)) return recordFailure(deps, row, decideConflictRetry(row, error));
+      // record it now as a failed attempt (decided like any failure, retryable with no delay)
+      // rather than wait for the lease to expire.
+      if (isConcurrencyConflict(error)) {
+        const message = `the transaction collided with another and was rolled back (${error instanceof Error ? error.message : String(error)}); it runs again`;
+        return recordFailure(deps, row, decideFailure(row, new RetryableError(message, { after: 0 })));
+      }
       deps.report(error); // The commit failed: nothing happened; the lease expires and the job runs again.
       return { kind: 'unknown' };
     }
@@ -68,13 +73,6 @@ export async function recordOutcome(
     return { kind: outcome.kind, delayMs: outcome.delayMs };
   }
   return recordFailure(deps, row, outcome);
-}
-
-/** A conflict at commit as a failed attempt: retried at once while attempts remain. */
-function decideConflictRetry(row: ClaimedRow, error: unknown): Extract<Outcome, { kind: 'failed' }> {
-  const message = `the transaction collided with another and was rolled back (${error instanceof Error ? error.message : String(error)}); it runs again`;
-  const retry = row.attempt < row.max_attempts;
-  return { kind: 'failed', retry, delayMs: 0, deadReason: 'max-attempts', category: 'transient', message, stack: null };
 }
 
 /** Writes a failed attempt (retry or dead letter), fenced by the claim. */
