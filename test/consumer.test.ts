@@ -283,6 +283,34 @@ for (const db of testDatabases()) {
       await consumer.stop();
     });
 
+    it('a handler that opened ctx.tx and then snoozes leaves no inbox key: the next run is not taken for a duplicate', async () => {
+      const t = await db.open();
+      await withAccounts(t);
+      let runs = 0;
+      const consumer = t.mailroom.consumer({
+        group: 'late-snoozer',
+        pollInterval: 20,
+        handlers: {
+          [credited.type]: handleEvent(credited, async (event, ctx: ConsumerContext) => {
+            runs++;
+            // The first ctx.tx statement records the inbox key; the snooze must take it back.
+            await ctx.tx.query(`SELECT balance FROM "${t.schema}".accounts WHERE id = $1`, [event.data.account]);
+            if (runs === 1) return snooze(30);
+            await ctx.tx.query(`UPDATE "${t.schema}".accounts SET balance = balance + $2 WHERE id = $1`, [event.data.account, event.data.cents]);
+          }),
+        },
+      });
+      await consumer.start();
+      const done = waitForEvents(consumer.worker, 'completed', 1);
+      await t.mailroom.publish(credited, { account: 'b', cents: 9 });
+      await flushUntil(t.mailroom.relay(), 1);
+      await done;
+      assert.equal(runs, 2, 'the snoozed event ran again');
+      assert.deepEqual(await balances(t), { a: 0, b: 9 });
+      assert.equal((await t.mailroom.stats()).consumers['late-snoozer']?.duplicatesRejected, 0);
+      await consumer.stop();
+    });
+
     it('two deliveries of one event at once: the second\'s first ctx.tx statement waits on the first\'s inbox key, then finds it; one effect', async () => {
       const t = await db.open();
       await withAccounts(t);
