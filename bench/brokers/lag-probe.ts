@@ -4,7 +4,7 @@
  * event, from the database's clock: outbox commit -> job stored (relay,
  * broker, ingest) -> job completed (worker). Prints percentiles of each.
  *
- *   npx tsx bench/brokers/lag-probe.ts   (env: BROKER=rabbitmq|nats|redis, INTERNAL=1, RATE, SECONDS, KEYS)
+ *   npx tsx bench/brokers/lag-probe.ts   (env: BROKER=rabbitmq|nats|redis, INTERNAL=1, RATE, SECONDS, KEYS, PER_TX, RBATCH, SECONDLY=1 for each second's percentiles, ROUNDS=1, KEEP=1)
  */
 import pg from 'pg';
 import { createMailroom } from '../../dist/index.js';
@@ -68,7 +68,8 @@ await relay.stop();
 const c = new pg.Client(url);
 await c.connect();
 const { rows } = await c.query(`
-  SELECT extract(epoch FROM j.created_at - o.created_at) * 1000 AS stored, extract(epoch FROM j.finished_at - j.created_at) * 1000 AS worked
+  SELECT extract(epoch FROM j.created_at - o.created_at) * 1000 AS stored, extract(epoch FROM j.finished_at - j.created_at) * 1000 AS worked,
+         extract(epoch FROM o.created_at - min(o.created_at) OVER ()) AS second
     FROM mailroom.outbox o JOIN mailroom.jobs j ON j.payload->>'id' = o.id::text WHERE j.queue = 'consumer.bench'`);
 await c.end();
 const pct = (xs: number[], p: number) => { const s = [...xs].sort((a, b) => a - b); return s[Math.min(s.length - 1, Math.floor((p / 100) * s.length))]!.toFixed(1); };
@@ -77,6 +78,15 @@ const worked = rows.filter((r) => r.worked !== null).map((r) => Number(r.worked)
 console.log(`${internal ? 'internal' : kind} at ${rate}/s, ${keys} keys: ${rows.length} jobs, ${worked.length} completed, ${handled} handled, ${rounds} relay deliveries`);
 console.log(`  commit -> stored as job: p50 ${pct(stored, 50)} p90 ${pct(stored, 90)} p99 ${pct(stored, 99)} ms`);
 console.log(`  stored -> completed:     p50 ${pct(worked, 50)} p90 ${pct(worked, 90)} p99 ${pct(worked, 99)} ms`);
+if (process.env.SECONDLY) {
+  for (let second = 0; second < Math.ceil(seconds); second++) {
+    const these = rows.filter((r) => Math.floor(Number(r.second)) === second && r.worked !== null);
+    if (these.length === 0) continue;
+    const total = these.map((r) => Number(r.stored) + Number(r.worked));
+    const stored = these.map((r) => Number(r.stored));
+    console.log(`  second ${second}: ${these.length} events, commit -> completed p50 ${pct(total, 50)} p99 ${pct(total, 99)} ms (stored p50 ${pct(stored, 50)} p99 ${pct(stored, 99)})`);
+  }
+}
 if (process.env.ROUNDS) for (let i = 1; i < deliveries.length; i++) console.log(`  +${(deliveries[i]!.at - deliveries[i - 1]!.at).toFixed(1)} ms: ${deliveries[i]!.count}`);
 console.log(`  held-back reports ${held}`);
 if (!internal) await setup.cleanup(name).catch(() => {});

@@ -11,9 +11,11 @@
  *    PRODUCER_TX_PER_SECOND transactions a second (one event each up to that rate, then several),
  *    relayed (default batch size) and consumed from the broker by a consumer group; the time from
  *    each publish's commit to its handler's start, p50 / p99. Everything (producers, relay, broker,
- *    consumer, PostgreSQL) shares the machine.
+ *    consumer, PostgreSQL) shares the machine. The first --lag-warmup seconds (default 2) run at
+ *    the same rate and are not in the percentiles: a fresh process opens its connections,
+ *    prepares its statements and compiles its hot code then (their p99 is reported apart).
  *
- *   npm run bench:brokers -- [--messages 20000] [--lag-seconds 5] [--lag-rates 500,1000] [--only rabbitmq,nats,redis] [--json FILE]
+ *   npm run bench:brokers -- [--messages 20000] [--lag-seconds 5] [--lag-warmup 2] [--lag-rates 500,1000] [--only rabbitmq,nats,redis] [--json FILE]
  */
 import { writeFile } from 'node:fs/promises';
 import { createMailroom, type Mailroom } from '../../dist/index.js';
@@ -24,6 +26,8 @@ import { noted, PAD, setups, type BrokerSetup, type Kind } from './setups.ts';
 interface Config {
   messages: number;
   lagSeconds: number;
+  /** Seconds published at each lag rate before the measured ones (not in the percentiles). */
+  lagWarmupSeconds: number;
   /** Rates for the lag runs; 'half' is half the relay's measured rate. */
   lagRates: (number | 'half')[];
   only: Kind[];
@@ -38,6 +42,9 @@ interface LagResult {
   p50Ms: number;
   p99Ms: number;
   maxMs: number;
+  /** The warm-up's events (not in the percentiles above) and their p99. */
+  warmupEvents: number;
+  warmupP99Ms: number;
 }
 
 interface BrokerResult {
@@ -52,6 +59,7 @@ function parseArgs(argv: string[]): Config {
   const c: Config = {
     messages: 20_000,
     lagSeconds: 5,
+    lagWarmupSeconds: 2,
     lagRates: [500, 1000],
     only: ['rabbitmq', 'nats', 'redis'],
     json: null,
@@ -71,16 +79,18 @@ function parseArgs(argv: string[]): Config {
     };
     if (flag === '--messages') c.messages = Number(value());
     else if (flag === '--lag-seconds') c.lagSeconds = Number(value());
+    else if (flag === '--lag-warmup') c.lagWarmupSeconds = Number(value());
     else if (flag === '--lag-rates') c.lagRates = value().split(',').map((r) => (r === 'half' ? 'half' : Number(r)));
     else if (flag === '--only') c.only = value().split(',') as Kind[];
     else if (flag === '--json') c.json = value();
     else if (flag === '--help') {
-      console.log('npm run bench:brokers -- [--messages N] [--lag-seconds S] [--lag-rates 500,1000] [--only rabbitmq,nats,redis] [--json FILE]');
+      console.log('npm run bench:brokers -- [--messages N] [--lag-seconds S] [--lag-warmup S] [--lag-rates 500,1000] [--only rabbitmq,nats,redis] [--json FILE]');
       process.exit(0);
     } else throw new Error(`unknown flag ${flag}; see --help`);
   }
   if (!Number.isInteger(c.messages) || c.messages < 100) throw new Error('--messages must be an integer of at least 100');
   if (!(c.lagSeconds > 0)) throw new Error('--lag-seconds must be a positive number');
+  if (!(c.lagWarmupSeconds >= 0)) throw new Error('--lag-warmup must be a number of seconds, 0 or more');
   for (const r of c.lagRates) if (r !== 'half' && !(Number.isInteger(r) && r > 0)) throw new Error(`--lag-rates: ${r} is not a positive integer or 'half'`);
   for (const k of c.only) if (!['rabbitmq', 'nats', 'redis'].includes(k)) throw new Error(`--only: unknown broker ${k}`);
   return c;
@@ -134,16 +144,22 @@ async function relayThroughput(setup: BrokerSetup, serverUrl: string, name: stri
  */
 const PRODUCER_TX_PER_SECOND = 200;
 
-/** Events published at `rate` by separate producers, relayed and consumed from the broker: commit-to-handler lag. */
-async function endToEndLag(setup: BrokerSetup, serverUrl: string, name: string, rate: number, seconds: number): Promise<number[]> {
+/**
+ * Events published at `rate` by separate producers, relayed and consumed from the broker:
+ * commit-to-handler lag of the events published after the warm-up, and of those published during it.
+ */
+async function endToEndLag(setup: BrokerSetup, serverUrl: string, name: string, rate: number, seconds: number, warmupSeconds: number): Promise<{ lags: number[]; warmup: number[] }> {
   return withMailroom(serverUrl, name, async (mailroom, url) => {
     // The producers are another application: their own mailroom and pool, so the relay's and the
     // consumer's statements do not queue behind publishes in one pool.
     const producers = await createMailroom({ database: url, poolSize: 4 });
     const perTx = Math.max(1, Math.ceil(rate / PRODUCER_TX_PER_SECOND));
     const committedAt = new Map<string, number>();
+    const warmupIds = new Set<string>();
     const lags: number[] = [];
-    const total = Math.round(rate * seconds);
+    const warmup: number[] = [];
+    const warmupTotal = Math.round(rate * warmupSeconds);
+    const total = warmupTotal + Math.round(rate * seconds);
     let handled = 0;
     let resolveAll: () => void = () => {};
     const all = new Promise<void>((r) => (resolveAll = r));
@@ -157,7 +173,7 @@ async function endToEndLag(setup: BrokerSetup, serverUrl: string, name: string, 
         [noted.type]: async (event) => {
           const at = now();
           const committed = committedAt.get(event.id);
-          if (committed !== undefined) lags.push(at - committed);
+          if (committed !== undefined) (warmupIds.has(event.id) ? warmup : lags).push(at - committed);
           if (++handled >= total) resolveAll();
         },
       },
@@ -184,11 +200,15 @@ async function endToEndLag(setup: BrokerSetup, serverUrl: string, name: string, 
     for (let sent = 0; sent < total; ) {
       const due = Math.min(total, Math.floor(((now() - started) / 1000) * rate));
       while (due - sent >= perTx || (due === total && sent < total)) {
-        const items = Array.from({ length: Math.min(perTx, total - sent) }, (_, i) => ({ n: sent + i, pad: PAD }));
+        const inWarmup = sent < warmupTotal;
+        const items = Array.from({ length: Math.min(perTx, (inWarmup ? warmupTotal : total) - sent) }, (_, i) => ({ n: sent + i, pad: PAD }));
         sent += items.length;
         const p = producers.publishMany(noted, items, { key: (item) => `order-${item.n % 10_000}` }).then((published) => {
           const at = now();
-          for (const id of published.ids) committedAt.set(id, at);
+          for (const id of published.ids) {
+            committedAt.set(id, at);
+            if (inWarmup) warmupIds.add(id);
+          }
         });
         inFlight.add(p);
         void p.finally(() => inFlight.delete(p));
@@ -202,7 +222,7 @@ async function endToEndLag(setup: BrokerSetup, serverUrl: string, name: string, 
     await consumer.stop();
     await relay.stop();
     await setup.cleanup(name).catch(() => {});
-    return lags;
+    return { lags, warmup };
   });
 }
 
@@ -222,15 +242,17 @@ async function main(): Promise<void> {
     const lag: LagResult[] = [];
     for (const r of config.lagRates) {
       const rate = r === 'half' ? Math.round(relay / 2) : r;
-      const lags = await endToEndLag(setup, config.serverUrl, `${run}_${kind}_lag${lag.length}`, rate, config.lagSeconds);
+      const { lags, warmup } = await endToEndLag(setup, config.serverUrl, `${run}_${kind}_lag${lag.length}`, rate, config.lagSeconds, config.lagWarmupSeconds);
       const entry: LagResult = {
         ratePerSecond: rate,
         events: lags.length,
         p50Ms: Math.round(percentile(lags, 50) * 10) / 10,
         p99Ms: Math.round(percentile(lags, 99) * 10) / 10,
         maxMs: Math.round(Math.max(...lags) * 10) / 10,
+        warmupEvents: warmup.length,
+        warmupP99Ms: warmup.length === 0 ? 0 : Math.round(percentile(warmup, 99) * 10) / 10,
       };
-      process.stderr.write(`  lag at ${rate}/s: p50 ${entry.p50Ms} ms, p99 ${entry.p99Ms} ms, max ${entry.maxMs} ms (${lags.length} events)\n`);
+      process.stderr.write(`  lag at ${rate}/s: p50 ${entry.p50Ms} ms, p99 ${entry.p99Ms} ms, max ${entry.maxMs} ms (${lags.length} events; warm-up ${warmup.length} events, p99 ${entry.warmupP99Ms} ms)\n`);
       lag.push(entry);
     }
     const result: BrokerResult = {
@@ -248,7 +270,7 @@ async function main(): Promise<void> {
     const lag = r.lag.map((l) => `${l.ratePerSecond}/s: ${l.p50Ms} / ${l.p99Ms}`).join('; ');
     console.log(`| ${r.kind} | ${r.ceilingPerSecond} | ${r.relayPerSecond} | ${(r.relayOfCeiling * 100).toFixed(0)} % | ${lag} |`);
   }
-  if (config.json !== null) await writeFile(config.json, `${JSON.stringify({ messages: config.messages, lagSeconds: config.lagSeconds, results }, null, 2)}\n`);
+  if (config.json !== null) await writeFile(config.json, `${JSON.stringify({ messages: config.messages, lagSeconds: config.lagSeconds, lagWarmupSeconds: config.lagWarmupSeconds, results }, null, 2)}\n`);
 }
 
 await main();
