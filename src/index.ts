@@ -56,7 +56,7 @@ export { handleEvent } from './consumers/handle-event.ts';
 export type { EventHandler, ConsumerContext } from './consumers/handle-event.ts';
 export type { IngestedInfo } from './consumers/ingest.ts';
 export { INVALID_MESSAGE_TYPE } from './consumers/decode-message.ts';
-export type { ConsumerSource, SourceMessage, SourceContext } from './brokers/source.ts';
+export type { ConsumerSource, SourceMessage, SourceContext, SourceCheckContext } from './brokers/source.ts';
 export type { SafetyWarning, TargetCheckContext } from './brokers/safety.ts';
 export { toWireMessage, CLOUDEVENTS_CONTENT_TYPE } from './brokers/wire.ts';
 export type { WireMessage } from './brokers/wire.ts';

@@ -5,7 +5,7 @@
  * checked against the ledger it prints as JSON.
  */
 import assert from 'node:assert/strict';
-import { existsSync, mkdtempSync, rmSync } from 'node:fs';
+import { existsSync, mkdirSync, mkdtempSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { after, before, describe, test } from 'node:test';
@@ -155,15 +155,36 @@ describe('mailroom command line', () => {
     const rabbitUrl = process.env.RABBITMQ_URL;
     interface DoctorReport {
       ok: boolean;
+      config: string | null;
       checked: string[];
-      warnings: { code: string; subject: string; message: string }[];
+      unchecked: string[];
+      warnings: { code: string; subject: string; message: string; check: string }[];
       failures: { subject: string; message: string }[];
+      note?: string;
     }
+    /** The adapter modules as a config file in a temp directory imports them. */
+    const adapterModule = (broker: string) => JSON.stringify(new URL(`../src/brokers/${broker}/index.ts`, import.meta.url).href);
+    let configs: string;
+    let configCount = 0;
+    before(() => {
+      configs = mkdtempSync(join(tmpdir(), 'mailroom-doctor-'));
+    });
+    after(() => rmSync(configs, { recursive: true, force: true }));
+    /** Writes `text` as `name` in a fresh directory of its own and returns the file's path. */
+    const writeConfig = (name: string, text: string): string => {
+      const here = join(configs, String(++configCount));
+      mkdirSync(here);
+      writeFileSync(join(here, name), text);
+      return join(here, name);
+    };
 
-    test('usage: no broker, or a broker without what to check, exits 2 and says what is missing', async () => {
-      const none = await mailroom(['doctor']);
+    test('usage: no broker and no config, or a broker without what to check, exits 2 and says what is missing', async () => {
+      const none = await mailroom(['doctor'], { cwd: dir });
       assert.equal(none.code, 2);
-      assert.match(none.stderr, /name at least one broker to check/);
+      assert.match(none.stderr, /name at least one broker to check, or a config file with --config/);
+      const lease = await mailroom(['doctor', '--lease', '2m'], { cwd: dir });
+      assert.equal(lease.code, 2);
+      assert.match(lease.stderr, /--lease goes with --rabbitmq, --nats or --redis/);
       const noStream = await mailroom(['doctor', '--nats', 'nats://127.0.0.1:4222']);
       assert.equal(noStream.code, 2);
       assert.match(noStream.stderr, /--stream is required with --nats/);
@@ -214,6 +235,126 @@ describe('mailroom command line', () => {
       assert.deepEqual(parseJson<DoctorReport>(missing, 'doctor --json').warnings.map((w) => w.code), ['rabbitmq-exchange-missing']);
       const again = await mailroom(['doctor', '--rabbitmq', rabbitUrl!, '--exchange', name, '--json']);
       assert.deepEqual(parseJson<DoctorReport>(again, 'doctor --json').warnings.map((w) => w.code), ['rabbitmq-exchange-missing'], 'doctor declared nothing');
+    });
+
+    test('config: a relay target whose checked queue has no delivery limit exits 1 naming the entry; with flags both are checked; a clean config passes', { skip: rabbitUrl && redisUrl ? false : 'RABBITMQ_URL and REDIS_URL are needed' }, async () => {
+      const amqp = await import('amqplib');
+      const queue = `doctor-cfg-plain-${process.pid}`;
+      const connection = await amqp.connect(rabbitUrl!);
+      try {
+        const channel = await connection.createChannel();
+        await channel.assertQueue(queue, { durable: true }); // classic, no x-delivery-limit, no dead-letter exchange
+        const text = (name: string, checkQueues: string[]) =>
+          `import { rabbitmq } from ${adapterModule('rabbitmq')};\n` +
+          `export default { relay: { to: [rabbitmq({ url: ${JSON.stringify(rabbitUrl)}, exchange: 'amq.topic', name: ${JSON.stringify(name)}, checkQueues: ${JSON.stringify(checkQueues)} })] } };\n`;
+        const file = writeConfig('shop.config.mjs', text('rabbitmq:shop', [queue]));
+        const run = await mailroom(['doctor', '--config', file]);
+        assert.equal(run.code, 1, run.stdout + run.stderr);
+        assert.match(run.stdout, /^config: .*shop\.config\.mjs$/m);
+        assert.match(run.stdout, new RegExp(`^warning rabbitmq-no-delivery-limit: rabbitmq \\S+ queue ${queue} \\(relay target rabbitmq:shop\\)$`, 'm'));
+        assert.match(run.stdout, /^1 warning\(s\), 0 check\(s\) that could not run\.$/m);
+
+        // Broker flags and a config: both are checked, each finding names where it came from.
+        const both = await mailroom(['doctor', '--config', file, '--redis', redisUrl!, '--redis-stream', 'doctor-test', '--json']);
+        assert.equal(both.code, 1, both.stdout + both.stderr);
+        const report = parseJson<DoctorReport>(both, 'doctor --json');
+        assert.deepEqual(report.checked, ['redis stream doctor-test', 'relay target rabbitmq:shop']);
+        assert.deepEqual(report.warnings.map((w) => [w.code, w.check]), [['redis-no-persistence', 'redis stream doctor-test'], ['rabbitmq-no-delivery-limit', 'relay target rabbitmq:shop']]);
+        assert.match(report.config ?? '', /shop\.config\.mjs$/);
+
+        // The mailroom.config.* of the current directory: read without broker flags, left alone with them (unless --config).
+        const cwd = join(configs, 'found-here');
+        mkdirSync(cwd);
+        writeFileSync(join(cwd, 'mailroom.config.mjs'), text('rabbitmq:shop', [queue]));
+        const here = await mailroom(['doctor', '--json'], { cwd });
+        assert.equal(here.code, 1, here.stdout + here.stderr);
+        assert.deepEqual(parseJson<DoctorReport>(here, 'doctor --json').warnings.map((w) => w.check), ['relay target rabbitmq:shop']);
+        assert.equal(parseJson<DoctorReport>(here, 'doctor --json').config, 'mailroom.config.mjs');
+        const flagsOnly = await mailroom(['doctor', '--rabbitmq', rabbitUrl!, '--exchange', 'amq.topic', '--json'], { cwd });
+        assert.equal(flagsOnly.code, 0, flagsOnly.stdout + flagsOnly.stderr);
+        assert.deepEqual(parseJson<DoctorReport>(flagsOnly, 'doctor --json').checked, ['rabbitmq exchange amq.topic']);
+
+        const clean = await mailroom(['doctor', '--config', writeConfig('clean.config.mjs', text('rabbitmq:clean', []))]);
+        assert.equal(clean.code, 0, clean.stdout + clean.stderr);
+        assert.match(clean.stdout, /^No problems found \(relay target rabbitmq:clean\)\.$/m);
+      } finally {
+        const channel = await connection.createChannel();
+        await channel.deleteQueue(queue).catch(() => undefined);
+        await connection.close();
+      }
+    });
+
+    test("config: the relay's lease sets the duplicate window a NATS target needs; a consumer's source is checked for its group", { skip: natsUrl ? false : 'NATS_URL is not set' }, async () => {
+      const { connect } = await import('@nats-io/transport-node');
+      const { AckPolicy, jetstreamManager } = await import('@nats-io/jetstream');
+      const nc = await connect({ servers: natsUrl! });
+      const jsm = await jetstreamManager(nc);
+      const stream = `doctor-cfg-${process.pid}`;
+      const group = `doctor-billing-${process.pid}`;
+      try {
+        await jsm.streams.add({ name: stream, subjects: [`${stream}.>`], duplicate_window: 60_000_000_000 });
+        // The durable the group reads (named after the group: the source has no durable option), limited to 3 deliveries.
+        await jsm.consumers.add(stream, { durable_name: group, ack_policy: AckPolicy.Explicit, max_deliver: 3 });
+        const text = (lease: string) =>
+          `import { nats, natsSource } from ${adapterModule('nats')};\n` +
+          `const url = ${JSON.stringify(natsUrl)};\n` +
+          `export default {\n` +
+          `  relay: { lease: ${JSON.stringify(lease)}, to: [nats({ url, stream: ${JSON.stringify(stream)}, declare: false })] },\n` +
+          `  consumers: [{ group: ${JSON.stringify(group)}, source: natsSource({ url, stream: ${JSON.stringify(stream)} }), handlers: { 'order.placed': async () => {} } }],\n` +
+          `};\n`;
+        // A 2 minute lease: a republish can come 125 s later, past the 60 s window.
+        const long = await mailroom(['doctor', '--config', writeConfig('mailroom.config.mjs', text('2m')), '--json']);
+        assert.equal(long.code, 1, long.stdout + long.stderr);
+        const report = parseJson<DoctorReport>(long, 'doctor --json');
+        assert.deepEqual(report.checked, [`relay target nats:${stream}`, `consumer ${group} source nats ${stream}`]);
+        assert.deepEqual(report.warnings.map((w) => [w.code, w.check]), [
+          ['nats-duplicate-window', `relay target nats:${stream}`],
+          ['nats-max-deliver', `consumer ${group} source nats ${stream}`],
+        ]);
+        assert.match(report.warnings[0]!.message, /less than the 125 s after which the relay may publish an event again/);
+        // The default 30 s lease (35 s horizon) is covered by the window: only the consumer's finding is left.
+        const short = await mailroom(['doctor', '--config', writeConfig('mailroom.config.mjs', text('30s'))]);
+        assert.equal(short.code, 1, short.stdout + short.stderr);
+        assert.doesNotMatch(short.stdout, /nats-duplicate-window/);
+        assert.match(short.stdout, new RegExp(`^warning nats-max-deliver: nats \\S+ stream ${stream} consumer ${group} \\(consumer ${group} source nats ${stream}\\)$`, 'm'));
+      } finally {
+        await jsm.streams.delete(stream).catch(() => false);
+        await nc.close();
+      }
+    });
+
+    test('config without brokers: exit 0 saying there is nothing to check (and which entries have no check())', async () => {
+      const json = writeConfig('mailroom.config.json', '{ "relay": {} }\n');
+      const plain = await mailroom(['doctor', '--config', json]);
+      assert.equal(plain.code, 0, plain.stdout + plain.stderr);
+      assert.match(plain.stdout, /^Nothing to check in .*mailroom\.config\.json: no relay target or consumer source on a broker\.$/m);
+      assert.doesNotMatch(plain.stdout, /No problems found/);
+      const custom = writeConfig('mailroom.config.mjs', "export default { relay: { to: [{ name: 'audit', publish: async () => {} }] } };\n");
+      const run = await mailroom(['doctor', '--json'], { cwd: join(custom, '..') });
+      assert.equal(run.code, 0, run.stdout + run.stderr);
+      const report = parseJson<DoctorReport>(run, 'doctor --json');
+      assert.deepEqual([report.ok, report.checked, report.unchecked], [true, [], ['relay target audit']]);
+      assert.equal(report.note, 'Nothing to check in mailroom.config.mjs: no relay target or consumer source on a broker; relay target audit has no check().');
+    });
+
+    test('a config that fails to load: exit 2 with the error status gives for the same file', async () => {
+      const broken = writeConfig('mailroom.config.json', '{\n  "relay": {},\n}\n');
+      const throws = writeConfig('throws.config.mjs', "const url = process.env.DOCTOR_UNSET_URL;\nif (!url) throw new Error('DOCTOR_UNSET_URL is not set');\nexport default {};\n");
+      for (const [args, expected] of [
+        [['--config', broken], /mailroom\.config\.json:3:1: invalid JSON/],
+        [['--config', throws], /throws\.config\.mjs:2:\d+: the config failed while loading: Error: DOCTOR_UNSET_URL is not set/],
+        [['--config', join(configs, 'missing.config.ts')], /config file not found \(--config .*missing\.config\.ts\)/],
+      ] as const) {
+        const [doctor, status] = await Promise.all([mailroom(['doctor', ...args]), mailroom(['status', ...args])]);
+        assert.equal(doctor.code, 2, doctor.stdout + doctor.stderr);
+        assert.match(doctor.stderr, expected);
+        assert.equal(doctor.stderr.replace(/^mailroom doctor: /, ''), status.stderr.replace(/^mailroom status: /, ''), 'the same message as status');
+        assert.equal(status.code, 2);
+      }
+      // Found in the current directory, it is read (and refused) the same way.
+      const here = await mailroom(['doctor', '--json'], { cwd: join(broken, '..') });
+      assert.equal(here.code, 2);
+      assert.equal(parseJson<{ error: { kind: string } }>(here, 'doctor --json').error.kind, 'usage');
     });
   });
 });

@@ -667,6 +667,23 @@ describe('nats source', { skip }, () => {
     }
   });
 
+  test('check(context) before start: the group names the durable, its handler timeout judges AckWait (what mailroom doctor runs)', async () => {
+    const stream = `mr-${unique()}`;
+    await createStream(NATS, stream);
+    try {
+      await withJsm(NATS, (jsm) => jsm.consumers.add(stream, { durable_name: 'billing', ack_policy: AckPolicy.Explicit, ack_wait: nanos(5_000), max_deliver: 3 }));
+      const source = natsSource({ url: NATS, stream });
+      assert.deepEqual(await source.check(), [], 'neither a durable option nor a group: nothing to look at');
+      const found = await source.check({ group: 'billing', handlerTimeoutMs: 10_000 });
+      assert.deepEqual(found.map((w) => w.code).sort(), ['nats-ack-wait', 'nats-max-deliver']);
+      assert.equal(found[0]!.subject, `nats ${NATS} stream ${stream} consumer billing`);
+      assert.deepEqual((await source.check({ group: 'billing', handlerTimeoutMs: null })).map((w) => w.code), ['nats-max-deliver']);
+      await source.stop();
+    } finally {
+      await deleteStream(NATS, stream);
+    }
+  });
+
   test('several sources of one durable share its messages', async () => {
     const pair = await natsPair(unique());
     try {

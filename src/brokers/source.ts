@@ -58,6 +58,18 @@ export interface ConsumerSource {
   readonly name: string;
   start(deliver: (message: SourceMessage) => void, context: SourceContext): Promise<void>;
   stop(): Promise<void>;
-  /** Broker settings that break a guarantee (checked at start and by `mailroom doctor`). */
-  check?(): Promise<SafetyWarning[]>;
+  /**
+   * Broker settings that break a guarantee (checked at start and by `mailroom
+   * doctor`). `context` says which group the source is for, so a source that
+   * has not been started can check what that group would use.
+   */
+  check?(context?: SourceCheckContext): Promise<SafetyWarning[]>;
+}
+
+/** What a source's `check()` is told about the consumer group reading it. */
+export interface SourceCheckContext {
+  /** The consumer group (names a durable consumer or stream group when the source's options do not). */
+  readonly group: string;
+  /** The group's handler timeout, if it has one. */
+  readonly handlerTimeoutMs: number | null;
 }

@@ -80,7 +80,7 @@ export class SourceIngest {
       throw error;
     }
     if (this.source.check) {
-      void this.source.check().then(
+      void this.source.check({ group: deps.group, handlerTimeoutMs: deps.handlerTimeoutMs }).then(
         (warnings) => warnings.forEach((w) => deps.onWarning(w)),
         (error: unknown) => deps.report(error),
       );

@@ -6,7 +6,7 @@
 import { jetstream, jetstreamManager, type Consumer, type ConsumerMessages, type JetStreamManager, type JsMsg } from '@nats-io/jetstream';
 import type { NatsConnection } from '@nats-io/transport-node';
 import type { SafetyWarning } from '../safety.ts';
-import type { ConsumerSource, SourceContext, SourceMessage } from '../source.ts';
+import type { ConsumerSource, SourceCheckContext, SourceContext, SourceMessage } from '../source.ts';
 import { sourceWarnings } from './check.ts';
 import { closeQuietly, describeServers, openConnection, reason } from './connect.ts';
 import { consumerInfoOrNull, DEFAULT_ACK_WAIT_MS, ensureConsumer, type ConsumerSpec } from './consumer.ts';
@@ -264,20 +264,21 @@ export class NatsSource implements ConsumerSource {
   /**
    * The durable consumer's settings that break a guarantee (`nats-ack-wait`,
    * `nats-max-deliver`); mailroom runs it right after `start`. Needs the
-   * durable's name (the `durable` option, or the group of an earlier
-   * `start()`; without either it has nothing to check) and judges AckWait
-   * against the handler timeout of the last `start()` (none before).
+   * durable's name (the `durable` option, else the group of `context` or of an
+   * earlier `start()`; without any it has nothing to check) and judges AckWait
+   * against the handler timeout of `context`, else of the last `start()`.
    */
-  async check(): Promise<SafetyWarning[]> {
-    const durable = this.#options.durable ?? this.#group;
+  async check(context?: SourceCheckContext): Promise<SafetyWarning[]> {
+    const durable = this.#options.durable ?? context?.group ?? this.#group;
     if (durable === null) return [];
-    const spec = this.#spec(durable, this.#handlerTimeoutMs);
+    const handlerTimeoutMs = context === undefined ? this.#handlerTimeoutMs : context.handlerTimeoutMs;
+    const spec = this.#spec(durable, handlerTimeoutMs);
     const shared = this.#run?.jsm ?? null;
     const nc = shared ? null : await openConnection(this.#options.servers, `mailroom check ${durable}`);
     try {
       const jsm = shared ?? (await jetstreamManager(nc!));
       const info = await consumerInfoOrNull(jsm, spec.stream, durable);
-      return info ? sourceWarnings(info, this.#handlerTimeoutMs, `nats ${spec.where} stream ${spec.stream} consumer ${durable}`) : [];
+      return info ? sourceWarnings(info, handlerTimeoutMs, `nats ${spec.where} stream ${spec.stream} consumer ${durable}`) : [];
     } finally {
       await closeQuietly(nc);
     }
