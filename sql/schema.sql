@@ -282,6 +282,9 @@ DECLARE
   locked_count integer;
   woken text;
 BEGIN
+  IF NOT EXISTS (SELECT 1 FROM released_new WHERE ordering_key IS NOT NULL) THEN
+    RETURN NULL; -- no job with a key changed (claims and completions of jobs without keys)
+  END IF;
   -- The keys this statement's rows let go of: they held it before (unfinished and not blocked,
   -- or dead with hold_key_when_dead) and hold it no more.
   SELECT count(DISTINCT (n.queue, n.ordering_key)) INTO released_count
