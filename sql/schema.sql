@@ -276,68 +276,57 @@ CREATE OR REPLACE FUNCTION :"schema".ordering_release()
  RETURNS trigger
  LANGUAGE plpgsql
  SET search_path TO :'schema'
+ SET enable_seqscan TO 'off'
+ SET enable_hashjoin TO 'off'
+ SET enable_mergejoin TO 'off'
 AS $function$
 DECLARE
-  released_count integer;
-  locked_count integer;
+  key_queue text;
+  key_name text;
+  next_ids uuid[];
   woken text;
 BEGIN
-  IF NOT EXISTS (SELECT 1 FROM released_new WHERE ordering_key IS NOT NULL) THEN
-    RETURN NULL; -- no job with a key changed (claims and completions of jobs without keys)
+  -- The keys this statement's rows let go of are those of rows with a key that hold it no more
+  -- (finished, or dead without hold_key_when_dead). A row that did not hold it before either (a
+  -- dead job discarded) is counted too: its key is looked at for nothing, which changes nothing.
+  IF NOT EXISTS (SELECT 1 FROM released_new AS n WHERE n.ordering_key IS NOT NULL AND NOT (n.state IN ('scheduled', 'available', 'active', 'retrying') OR (n.state = 'dead' AND n.hold_key_when_dead))) THEN
+    RETURN NULL; -- claims, heartbeats, jobs without keys
   END IF;
-  -- The keys this statement's rows let go of: they held it before (unfinished and not blocked,
-  -- or dead with hold_key_when_dead) and hold it no more.
-  SELECT count(DISTINCT (n.queue, n.ordering_key)) INTO released_count
-    FROM released_new AS n JOIN released_old AS o ON o.id = n.id
-   WHERE n.ordering_key IS NOT NULL
-     AND (o.state IN ('scheduled', 'available', 'active', 'retrying') OR (o.state = 'dead' AND o.hold_key_when_dead))
-     AND NOT (n.state IN ('scheduled', 'available', 'active', 'retrying') OR (n.state = 'dead' AND n.hold_key_when_dead));
-  IF released_count = 0 THEN
+  -- Their rows, locked in key order (two statements cannot lock them crosswise), and made again
+  -- where pruning removed one.
+  FOR key_queue, key_name IN
+    SELECT DISTINCT n.queue, n.ordering_key FROM released_new AS n
+     WHERE n.ordering_key IS NOT NULL AND NOT (n.state IN ('scheduled', 'available', 'active', 'retrying') OR (n.state = 'dead' AND n.hold_key_when_dead))
+     ORDER BY 1, 2
+  LOOP
+    PERFORM 1 FROM ordering_keys WHERE queue = key_queue AND key = key_name FOR UPDATE;
+    IF NOT FOUND THEN
+      INSERT INTO ordering_keys (queue, key) VALUES (key_queue, key_name)
+        ON CONFLICT (queue, key) DO UPDATE SET touched_at = now();
+    END IF;
+  END LOOP;
+  -- With the locks held, this statement's snapshot sees every committed job of those keys: the
+  -- next job of each key that no other job holds...
+  SELECT array_agg(k.next_id) INTO next_ids FROM (
+    SELECT (SELECT j.id FROM jobs AS j
+             WHERE j.queue = r.queue AND j.ordering_key = r.key AND j.blocked
+               AND j.state IN ('scheduled', 'available', 'retrying')
+             ORDER BY j.ordering_seq LIMIT 1) AS next_id,
+           EXISTS (SELECT 1 FROM jobs AS h
+                    WHERE h.queue = r.queue AND h.ordering_key = r.key AND NOT h.blocked
+                      AND (h.state IN ('scheduled', 'available', 'active', 'retrying') OR (h.state = 'dead' AND h.hold_key_when_dead))) AS held
+      FROM (SELECT DISTINCT n.queue, n.ordering_key AS key FROM released_new AS n
+             WHERE n.ordering_key IS NOT NULL AND NOT (n.state IN ('scheduled', 'available', 'active', 'retrying') OR (n.state = 'dead' AND n.hold_key_when_dead))) AS r) AS k
+   WHERE k.next_id IS NOT NULL AND NOT k.held;
+  IF next_ids IS NULL THEN
     RETURN NULL;
   END IF;
-  -- Their rows, locked in key order (two statements cannot lock them crosswise)...
-  SELECT count(*) INTO locked_count FROM (
-    SELECT 1 FROM ordering_keys AS k
-     WHERE (k.queue, k.key) IN (
-       SELECT n.queue, n.ordering_key
-         FROM released_new AS n JOIN released_old AS o ON o.id = n.id
-        WHERE n.ordering_key IS NOT NULL
-          AND (o.state IN ('scheduled', 'available', 'active', 'retrying') OR (o.state = 'dead' AND o.hold_key_when_dead))
-          AND NOT (n.state IN ('scheduled', 'available', 'active', 'retrying') OR (n.state = 'dead' AND n.hold_key_when_dead)))
-     ORDER BY k.queue, k.key
-       FOR UPDATE OF k) AS locked;
-  IF locked_count < released_count THEN
-    -- ...and made again where pruning removed one.
-    INSERT INTO ordering_keys AS k (queue, key)
-    SELECT DISTINCT n.queue, n.ordering_key
-      FROM released_new AS n JOIN released_old AS o ON o.id = n.id
-     WHERE n.ordering_key IS NOT NULL
-       AND (o.state IN ('scheduled', 'available', 'active', 'retrying') OR (o.state = 'dead' AND o.hold_key_when_dead))
-       AND NOT (n.state IN ('scheduled', 'available', 'active', 'retrying') OR (n.state = 'dead' AND n.hold_key_when_dead))
-     ORDER BY 1, 2
-    ON CONFLICT (queue, key) DO UPDATE SET touched_at = now();
-  END IF;
-  -- With the locks held, this statement's snapshot sees every committed job of those keys: the
-  -- next job of each key that no other job holds is unblocked, and its queue woken once.
+  -- ...is unblocked (unless it was cancelled meanwhile), and its queue woken once.
   FOR woken IN
-    WITH released AS (
-      SELECT DISTINCT n.queue, n.ordering_key AS key
-        FROM released_new AS n JOIN released_old AS o ON o.id = n.id
-       WHERE n.ordering_key IS NOT NULL
-         AND (o.state IN ('scheduled', 'available', 'active', 'retrying') OR (o.state = 'dead' AND o.hold_key_when_dead))
-         AND NOT (n.state IN ('scheduled', 'available', 'active', 'retrying') OR (n.state = 'dead' AND n.hold_key_when_dead))),
-    next AS (
-      SELECT (SELECT j.id FROM jobs AS j
-               WHERE j.queue = r.queue AND j.ordering_key = r.key AND j.blocked
-                 AND j.state IN ('scheduled', 'available', 'retrying')
-               ORDER BY j.ordering_seq LIMIT 1) AS id
-        FROM released AS r
-       WHERE NOT EXISTS (
-         SELECT 1 FROM jobs AS h
-          WHERE h.queue = r.queue AND h.ordering_key = r.key AND NOT h.blocked
-            AND (h.state IN ('scheduled', 'available', 'active', 'retrying') OR (h.state = 'dead' AND h.hold_key_when_dead)))),
-    unblocked AS (
-      UPDATE jobs AS j SET blocked = false FROM next WHERE j.id = next.id RETURNING j.queue)
+    WITH unblocked AS (
+      UPDATE jobs SET blocked = false
+       WHERE id = ANY (next_ids) AND blocked AND state IN ('scheduled', 'available', 'retrying')
+      RETURNING queue)
     SELECT DISTINCT queue FROM unblocked
   LOOP
     PERFORM pg_notify(TG_TABLE_SCHEMA || '_wakeup', woken);
@@ -365,7 +354,7 @@ $function$;
 
 CREATE TRIGGER jobs_notify_new AFTER INSERT ON :"schema".jobs REFERENCING NEW TABLE AS new_jobs FOR EACH STATEMENT EXECUTE FUNCTION :"schema".notify_new_jobs();
 CREATE TRIGGER jobs_ordering_acquire BEFORE INSERT ON :"schema".jobs FOR EACH ROW WHEN ((new.ordering_key IS NOT NULL)) EXECUTE FUNCTION :"schema".ordering_acquire();
-CREATE TRIGGER jobs_ordering_release AFTER UPDATE ON :"schema".jobs REFERENCING OLD TABLE AS released_old NEW TABLE AS released_new FOR EACH STATEMENT EXECUTE FUNCTION :"schema".ordering_release();
+CREATE TRIGGER jobs_ordering_release AFTER UPDATE ON :"schema".jobs REFERENCING NEW TABLE AS released_new FOR EACH STATEMENT EXECUTE FUNCTION :"schema".ordering_release();
 CREATE TRIGGER jobs_ordering_retake BEFORE UPDATE OF state ON :"schema".jobs FOR EACH ROW WHEN (((new.ordering_key IS NOT NULL) AND (NOT ((old.state = ANY (ARRAY['scheduled'::text, 'available'::text, 'active'::text, 'retrying'::text])) OR ((old.state = 'dead'::text) AND old.hold_key_when_dead))) AND ((new.state = ANY (ARRAY['scheduled'::text, 'available'::text, 'active'::text, 'retrying'::text])) OR ((new.state = 'dead'::text) AND new.hold_key_when_dead)))) EXECUTE FUNCTION :"schema".ordering_acquire();
 CREATE TRIGGER outbox_notify AFTER INSERT ON :"schema".outbox FOR EACH STATEMENT EXECUTE FUNCTION :"schema".notify_outbox();
 CREATE TRIGGER outbox_position BEFORE INSERT ON :"schema".outbox FOR EACH ROW EXECUTE FUNCTION :"schema".outbox_before_insert();

@@ -100,6 +100,39 @@ for (const db of testDatabases()) {
       assert.ok(perKey.every((r) => r.seqs === 10), 'every key has 10 jobs with distinct places in its order');
     });
 
+    it('a completion of many keys and an enqueueMany of the same keys in the other order, at once, do not deadlock; each next job is unblocked', { skip: db.name === 'pglite' ? 'one connection: no two statements at once' : false }, async () => {
+      const { mailroom, schema, sql } = await db.open();
+      const job = defineJob<{ key: string; n: number }>('ordering.release-crossed', { queue: 'release-crossed' });
+      for (let round = 0; round < 5; round++) {
+        const keys = Array.from({ length: 200 }, (_, k) => `r${round}-${String(k).padStart(3, '0')}`);
+        await mailroom.enqueueMany(job, keys.map((key) => ({ key, n: 1 })), { orderingKey: (d) => d.key });
+        // The heads claimed as a worker would, then completed in one statement, as the worker's
+        // batched completion does, with its rows in the order opposite to the enqueue's keys.
+        const claimed = await sql<{ id: string; claim_count: number; ordering_key: string }>(
+          `UPDATE "${schema}".jobs SET state = 'active', claim_count = claim_count + 1, attempt = attempt + 1, locked_until = now() + interval '1 minute'
+            WHERE queue = 'release-crossed' AND ordering_key LIKE $1 AND state = 'available' AND NOT blocked RETURNING id, claim_count, ordering_key`,
+          [`r${round}-%`],
+        );
+        assert.equal(claimed.length, 200);
+        const byKeyDown = [...claimed].sort((a, b) => (a.ordering_key < b.ordering_key ? 1 : -1));
+        await Promise.all([
+          sql(
+            `UPDATE "${schema}".jobs AS j SET state = 'completed', finished_at = now(), locked_until = NULL
+               FROM unnest($1::uuid[], $2::int[]) WITH ORDINALITY AS c(id, claim, ord)
+              WHERE j.id = c.id AND j.claim_count = c.claim AND j.state = 'active'`,
+            [byKeyDown.map((r) => r.id), byKeyDown.map((r) => r.claim_count)],
+          ),
+          mailroom.enqueueMany(job, keys.map((key) => ({ key, n: 2 })), { orderingKey: (d) => d.key }),
+        ]);
+        const waiting = await sql<{ n: number; blocked: boolean; count: number }>(
+          `SELECT (payload->>'n')::int AS n, blocked, count(*)::int AS count FROM "${schema}".jobs
+            WHERE queue = 'release-crossed' AND ordering_key LIKE $1 AND state <> 'completed' GROUP BY 1, 2`,
+          [`r${round}-%`],
+        );
+        assert.deepEqual(waiting, [{ n: 2, blocked: false, count: 200 }], `round ${round}: every key's second job is free to run`);
+      }
+    });
+
     it('an ordering key must be a string', async () => {
       const { mailroom, schema, sql } = await db.open();
       const job = defineJob('ordering.bad', { queue: 'bad' });
