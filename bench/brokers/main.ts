@@ -15,11 +15,14 @@
  *    the same rate and are not in the percentiles: a fresh process opens its connections,
  *    prepares its statements and compiles its hot code then (their p99 is reported apart).
  *
- *   npm run bench:brokers -- [--messages 20000] [--lag-seconds 5] [--lag-warmup 2] [--lag-rates 500,1000] [--only rabbitmq,nats,redis] [--json FILE]
+ * --autovacuum turns the server's autovacuum on for the run when it is off (PostgreSQL's default):
+ * without it a fresh database is never analyzed, and plans made while its tables were empty stay.
+ *
+ *   npm run bench:brokers -- [--messages 20000] [--lag-seconds 5] [--lag-warmup 2] [--lag-rates 500,1000] [--only rabbitmq,nats,redis] [--json FILE] [--autovacuum]
  */
 import { writeFile } from 'node:fs/promises';
 import { createMailroom, type Mailroom } from '../../dist/index.js';
-import { createDatabase, dropDatabase } from '../db.ts';
+import { createDatabase, dropDatabase, enableAutovacuum } from '../db.ts';
 import { now, percentile, sleep } from '../stats.ts';
 import { noted, PAD, setups, type BrokerSetup, type Kind } from './setups.ts';
 
@@ -32,6 +35,8 @@ interface Config {
   lagRates: (number | 'half')[];
   only: Kind[];
   json: string | null;
+  /** Turn the server's autovacuum on for the run when it is off (PostgreSQL's default is on). */
+  autovacuum: boolean;
   serverUrl: string;
   urls: Record<Kind, string>;
 }
@@ -63,6 +68,7 @@ function parseArgs(argv: string[]): Config {
     lagRates: [500, 1000],
     only: ['rabbitmq', 'nats', 'redis'],
     json: null,
+    autovacuum: false,
     serverUrl: process.env.BENCH_DATABASE_URL ?? 'postgres://postgres@127.0.0.1:5432/postgres',
     urls: {
       rabbitmq: process.env.RABBITMQ_URL ?? 'amqp://guest:guest@127.0.0.1:5672',
@@ -83,8 +89,9 @@ function parseArgs(argv: string[]): Config {
     else if (flag === '--lag-rates') c.lagRates = value().split(',').map((r) => (r === 'half' ? 'half' : Number(r)));
     else if (flag === '--only') c.only = value().split(',') as Kind[];
     else if (flag === '--json') c.json = value();
+    else if (flag === '--autovacuum') c.autovacuum = true;
     else if (flag === '--help') {
-      console.log('npm run bench:brokers -- [--messages N] [--lag-seconds S] [--lag-warmup S] [--lag-rates 500,1000] [--only rabbitmq,nats,redis] [--json FILE]');
+      console.log('npm run bench:brokers -- [--messages N] [--lag-seconds S] [--lag-warmup S] [--lag-rates 500,1000] [--only rabbitmq,nats,redis] [--json FILE] [--autovacuum]');
       process.exit(0);
     } else throw new Error(`unknown flag ${flag}; see --help`);
   }
@@ -228,6 +235,16 @@ async function endToEndLag(setup: BrokerSetup, serverUrl: string, name: string, 
 
 async function main(): Promise<void> {
   const config = parseArgs(process.argv.slice(2));
+  const restoreAutovacuum = config.autovacuum ? await enableAutovacuum(config.serverUrl) : undefined;
+  if (restoreAutovacuum) process.stderr.write('autovacuum turned on for this run (ALTER SYSTEM); it is reset at the end\n');
+  try {
+    await measure(config);
+  } finally {
+    await restoreAutovacuum?.().catch((error: unknown) => process.stderr.write(`could not reset autovacuum (ALTER SYSTEM RESET autovacuum): ${String(error)}\n`));
+  }
+}
+
+async function measure(config: Config): Promise<void> {
   const all = setups(config.urls);
   const results: BrokerResult[] = [];
   const run = `mrbench_brk_${Date.now().toString(36)}`;
@@ -270,7 +287,7 @@ async function main(): Promise<void> {
     const lag = r.lag.map((l) => `${l.ratePerSecond}/s: ${l.p50Ms} / ${l.p99Ms}`).join('; ');
     console.log(`| ${r.kind} | ${r.ceilingPerSecond} | ${r.relayPerSecond} | ${(r.relayOfCeiling * 100).toFixed(0)} % | ${lag} |`);
   }
-  if (config.json !== null) await writeFile(config.json, `${JSON.stringify({ messages: config.messages, lagSeconds: config.lagSeconds, lagWarmupSeconds: config.lagWarmupSeconds, results }, null, 2)}\n`);
+  if (config.json !== null) await writeFile(config.json, `${JSON.stringify({ messages: config.messages, lagSeconds: config.lagSeconds, lagWarmupSeconds: config.lagWarmupSeconds, autovacuum: config.autovacuum, results }, null, 2)}\n`);
 }
 
 await main();
