@@ -434,7 +434,9 @@ describe('rabbitmq source recovery without a restart', { skip }, () => {
       // The queue deleted under the consumer: RabbitMQ cancels it; the source re-declares and consumes again.
       await admin((c) => c.deleteQueue(queue));
       await eventually(() => ctx.reports.some((r) => /cancelled the consumer/.test(String(r))), 10_000, 'the cancel reported');
-      await eventually(() => admin((c) => c.checkQueue(queue)).then(() => true, () => false), 10_000, 'the queue declared again');
+      // Declared, bound, then consumed: a consumer on the queue means the binding is back too (a
+      // message published between the declare and the bind would be unroutable and dropped).
+      await eventually(() => admin((c) => c.checkQueue(queue)).then((q) => q.consumerCount >= 1, () => false), 10_000, 'the queue declared, bound and consumed again');
       const after = envelope(2);
       await target.publish(relayed([after]), context);
       await eventually(() => messages.some((m) => m.messageId === after.id), 10_000, 'a delivery from the new queue');
