@@ -1,7 +1,8 @@
 /**
  * Pure units, no database: durations, backoff, the default classifier,
- * snooze, UUIDv7 ids, identifier validation, payload serialisation and the
- * retry decision a worker makes after a failed attempt.
+ * snooze, UUIDv7 ids, identifier validation, payload serialisation, the
+ * retry decision a worker makes after a failed attempt, and the batching of
+ * completions and look-ups (with a stand-in for the statement they send).
  */
 import assert from 'node:assert/strict';
 import { describe, test } from 'node:test';
@@ -17,6 +18,11 @@ import { defaultClassifier, JobTimeoutError, UnknownJobTypeError } from '../src/
 import { decideFailure } from '../src/worker/execute.ts';
 import { SerialLane } from '../src/worker/serial-lane.ts';
 import { Waker } from '../src/worker/waker.ts';
+import { CoalescingBatch } from '../src/storage/coalescing-batch.ts';
+import { isConcurrencyConflict } from '../src/storage/conflicts.ts';
+import { Completer } from '../src/worker/completer.ts';
+import type { Driver, NamedQuery } from '../src/storage/driver.ts';
+import type { JobQueries } from '../src/jobs/queries.ts';
 import type { ClaimedRow } from '../src/worker/types.ts';
 
 /** Asserts `fn` throws a ValidationError whose message matches every pattern. */
@@ -510,5 +516,109 @@ describe('Waker', () => {
     t = performance.now();
     await waker.sleep(30);
     assert.ok(performance.now() - t >= 25, 'the kept poke was used up: this sleep ran its time');
+  });
+});
+
+describe('CoalescingBatch', () => {
+  test('items handed in together go in one write, split at maxBatch; each gets its own result in order', async () => {
+    const writes: number[][] = [];
+    const batch = new CoalescingBatch<number, string>(async (items) => {
+      writes.push(items);
+      return items.map((n) => `r${n}`);
+    }, 3);
+    const results = await Promise.all([1, 2, 3, 4, 5].map((n) => batch.add(n)));
+    assert.deepEqual(results, ['r1', 'r2', 'r3', 'r4', 'r5']);
+    assert.deepEqual(writes, [[1, 2, 3], [4, 5]]);
+  });
+
+  test('items handed in while a write is in flight join the next write; a failed write rejects its items only', async () => {
+    const writes: number[][] = [];
+    let release: () => void = () => {};
+    const first = new Promise<void>((resolve) => (release = resolve));
+    const batch = new CoalescingBatch<number, number>(async (items) => {
+      writes.push(items);
+      if (writes.length === 1) await first;
+      if (items.includes(13)) throw new Error('write failed');
+      return items.map((n) => n * 10);
+    });
+    const a = batch.add(1);
+    await new Promise((resolve) => setImmediate(resolve));
+    await new Promise((resolve) => setImmediate(resolve)); // the first write is in flight
+    const b = batch.add(2);
+    const c = batch.add(13);
+    release();
+    assert.equal(await a, 10);
+    await assert.rejects(b, /write failed/);
+    await assert.rejects(c, /write failed/);
+    assert.deepEqual(writes, [[1], [2, 13]]);
+    assert.equal(await batch.add(4), 40, 'a failed write does not stop the next');
+  });
+
+  test('settleUnsent resolves the items not yet written; drain waits for the writes in flight', async () => {
+    let written = 0;
+    const batch = new CoalescingBatch<number, boolean>(async (items) => {
+      await new Promise((resolve) => setTimeout(resolve, 5));
+      written += items.length;
+      return items.map(() => true);
+    });
+    const sent = batch.add(1);
+    const unsent = batch.add(2);
+    batch.settleUnsent(false); // before the loop's first turn: neither was sent
+    assert.deepEqual(await Promise.all([sent, unsent]), [false, false]);
+    const later = batch.add(3);
+    await batch.drain();
+    assert.equal(written, 1);
+    assert.equal(await later, true);
+  });
+});
+
+describe('Completer', () => {
+  const query = (name: string): NamedQuery => ({ name, text: name });
+  const queries = { complete: query('complete'), completeRecordingInbox: query('complete_recording_inbox') } as unknown as JobQueries;
+  /** A driver whose `run` answers with `answer` (a stand-in: what is tested is the completer's retrying). */
+  const fakeDriver = (answer: (attempt: number, params: readonly unknown[]) => string[]): { driver: Driver; calls: number } => {
+    const state = { calls: 0, driver: undefined as unknown as Driver };
+    state.driver = {
+      run: async (_q: NamedQuery, params: readonly unknown[]) => {
+        const rows = answer(++state.calls, params).map((id) => ({ id }));
+        return { rows, rowCount: rows.length };
+      },
+    } as unknown as Driver;
+    return state as { driver: Driver; calls: number };
+  };
+  const hooks = (reported: unknown[]) => ({ report: (e: unknown) => reported.push(e), givingUp: () => false, serialize: <T>(w: () => Promise<T>) => w() });
+  const conflict = (code: string) => Object.assign(new Error(`conflict ${code}`), { code });
+
+  test('a deadlock or serialization failure is run again at once, unreported; the result is what the second write returned', async () => {
+    assert.equal(isConcurrencyConflict(conflict('40P01')), true);
+    assert.equal(isConcurrencyConflict(conflict('40001')), true);
+    assert.equal(isConcurrencyConflict(conflict('57P01')), false);
+    assert.equal(isConcurrencyConflict(null), false);
+    for (const code of ['40P01', '40001']) {
+      const reported: unknown[] = [];
+      const fake = fakeDriver((attempt, params) => {
+        if (attempt === 1) throw conflict(code);
+        return (params[0] as string[]).filter((id) => id !== 'stale');
+      });
+      const completer = new Completer(fake.driver, queries, hooks(reported));
+      const results = await Promise.all([completer.complete('a', 1), completer.complete('stale', 1)]);
+      assert.deepEqual(results, [true, false]);
+      assert.equal(fake.calls, 2, `${code}: written twice`);
+      assert.deepEqual(reported, [], `${code}: the first conflict is not reported`);
+    }
+  });
+
+  test('other failures, and a second conflict, are reported and retried with backoff', async () => {
+    const reported: unknown[] = [];
+    const fake = fakeDriver((attempt, params) => {
+      if (attempt === 1) throw conflict('40P01');
+      if (attempt === 2) throw conflict('40P01');
+      if (attempt === 3) throw conflict('57P01');
+      return params[0] as string[];
+    });
+    const completer = new Completer(fake.driver, queries, hooks(reported));
+    assert.equal(await completer.complete('a', 1), true);
+    assert.equal(fake.calls, 4);
+    assert.deepEqual(reported.map((e) => (e as { code: string }).code), ['40P01', '57P01']);
   });
 });

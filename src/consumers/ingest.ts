@@ -149,7 +149,7 @@ export class SourceIngest {
       try {
         return await this.storeSplittingBadRows(batch, decoded);
       } catch (error) {
-        // A deadlock with a completion of the same keys was rolled back: the first is stored again at once, unreported.
+        // A deadlock with another transaction on the same key rows was rolled back: the first is stored again at once, unreported.
         if (attempt === 1 && isConcurrencyConflict(error) && this.state === 'running') continue;
         this.deps.report(error);
         if (this.state !== 'running') return null;

@@ -73,8 +73,9 @@ export class Completer {
         return new Set(rows.map((r) => r.id));
       } catch (error) {
         if (attempt >= MAX_ATTEMPTS || this.hooks.givingUp()) throw error;
-        // A deadlock with another transaction (keys released here, taken by an insert there) was
-        // rolled back: the first one is run again at once and not reported.
+        // A deadlock or serialization failure with another transaction (key rows are taken in key
+        // order everywhere, but a caller's own transaction may take rows in any order) was rolled
+        // back: the first one is run again at once and not reported.
         if (attempt === 1 && isConcurrencyConflict(error)) continue;
         this.hooks.report(error);
         await new Promise((resolve) => setTimeout(resolve, delay));
