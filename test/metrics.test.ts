@@ -183,7 +183,9 @@ for (const db of testDatabases()) {
       assert.equal(valueOf(m, 'mailroom_relay_unpublished', internal), 3);
       const lag = valueOf(m, 'mailroom_relay_lag_seconds', internal);
       assert.ok(lag >= 30 && lag < 60, `relay lag ${lag}`);
-      assert.equal(valueOf(m, 'mailroom_relay_held_back', internal), 0);
+      // Held back counts events behind the server-wide snapshot horizon: a transaction of another
+      // test file, open on the same server when these were published, holds them back until it ends.
+      await eventually(async () => valueOf(await scrape(), 'mailroom_relay_held_back', internal) === 0, 10_000, 'held back 0 once no older transaction is open');
       assert.equal(valueOf(m, 'mailroom_consumer_lag', { group: 'mxgroup' }), 3, 'not fanned out yet');
 
       const handled = waitFor(mailroom, 'job.completed', 3);
