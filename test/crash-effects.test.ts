@@ -300,6 +300,8 @@ describe(
             const backendPids = atStop.map((s) => s.pid);
             let blockedPeak = 0;
             let sessionsEndedMs = -1;
+            /** What the wait below saw last, for its failure message. */
+            const lastSeen: Record<string, unknown> = {};
             // While it is stopped: its open transactions end (the server times them out), sessions that waited
             // for its row locks get them, its claims are rescued (lease expired), and the accounts it was
             // crediting get credited by other workers.
@@ -310,7 +312,15 @@ describe(
                   [backendPids],
                 );
                 blockedPeak = Math.max(blockedPeak, blocked!.n);
-                if (sessionsEndedMs < 0 && (await openTx(victim.app)).length === 0) sessionsEndedMs = Date.now() - stoppedAt;
+                if (sessionsEndedMs < 0) {
+                  const open = await sql<{ pid: number; state: string; wait: string | null; query: string }>(
+                    `SELECT pid, state, wait_event_type || ':' || wait_event AS wait, left(query, 80) AS query
+                       FROM pg_stat_activity WHERE application_name = $1 AND xact_start IS NOT NULL`,
+                    [victim.app],
+                  );
+                  lastSeen.victimOpenTransactions = open;
+                  if (open.length === 0) sessionsEndedMs = Date.now() - stoppedAt;
+                }
                 if (sessionsEndedMs < 0 || Date.now() - stoppedAt < LEASE_MS + 1000) return false;
                 const [progress] = await sql<{ accounts: number; held: number }>(
                   `SELECT (SELECT count(DISTINCT (payload->>'account')::int)::int FROM ${q}.jobs
@@ -319,11 +329,19 @@ describe(
                           (SELECT count(*)::int FROM ${q}.jobs WHERE state = 'active' AND locked_by = $3) AS held`,
                   [stopUs, accounts, victim.workerId],
                 );
+                Object.assign(lastSeen, { accountsCredited: progress!.accounts, accountsToCredit: accounts, claimsStillHeld: progress!.held });
                 return progress!.accounts === accounts.length && progress!.held === 0;
               },
               LEASE_MS * 2 + 15_000,
               "the paused worker's transactions to be ended by the server, its claims rescued and its accounts credited by others",
-            );
+            ).catch(async (error: Error) => {
+              const jobs = await sql(
+                `SELECT id, state, attempt, claim_count, locked_by, run_at, (payload->>'account')::int AS account FROM ${q}.jobs
+                  WHERE (payload->>'account')::int = ANY($1::int[]) AND state <> 'completed' ORDER BY run_at LIMIT 20`,
+                [accounts],
+              ).catch((e: Error) => e.message);
+              throw new Error(`${error.message}; last seen: ${JSON.stringify({ ...lastSeen, sessionsEndedMs, claims, unfinishedOfThoseAccounts: jobs })}`);
+            });
             const completedWhileStopped = (
               await sql<{ n: number }>(`SELECT count(*)::int AS n FROM ${q}.jobs WHERE state = 'completed' AND finished_at > to_timestamp($1::bigint / 1000000.0)`, [stopUs])
             )[0]!.n;
