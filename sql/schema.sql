@@ -128,7 +128,9 @@ CREATE TABLE :"schema".outbox (
   traceparent text,
   headers jsonb,
   data jsonb NOT NULL,
-  created_at timestamp with time zone DEFAULT now() NOT NULL
+  created_at timestamp with time zone DEFAULT now() NOT NULL,
+  prev_position bigint,
+  prev_xid xid8
 );
 
 CREATE TABLE :"schema".outbox_keys (
@@ -339,11 +341,22 @@ CREATE OR REPLACE FUNCTION :"schema".outbox_before_insert()
  RETURNS trigger
  LANGUAGE plpgsql
  SET search_path TO :'schema'
+ SET enable_seqscan TO 'off'
 AS $function$
 BEGIN
+  NEW.prev_position := NULL;
+  NEW.prev_xid := NULL;
   IF NEW.subject IS NOT NULL THEN
     INSERT INTO outbox_keys AS k (key) VALUES (NEW.subject)
       ON CONFLICT (key) DO UPDATE SET touched_at = now() WHERE k.touched_at < now() - interval '10 minutes';
+    IF current_setting('transaction_isolation') = 'read committed' THEN
+      SELECT o.position, o.xid INTO NEW.prev_position, NEW.prev_xid
+        FROM outbox AS o WHERE o.subject = NEW.subject ORDER BY o.position DESC LIMIT 1;
+      IF NOT FOUND THEN
+        NEW.prev_position := 0;
+        NEW.prev_xid := '0';
+      END IF;
+    END IF;
   END IF;
   NEW.position := nextval('outbox_position_seq');
   RETURN NEW;
@@ -368,4 +381,6 @@ COMMENT ON COLUMN :"schema".jobs.blocked IS 'waiting for an earlier job with the
 COMMENT ON COLUMN :"schema".jobs.claim_count IS 'fencing token: incremented by every claim; every state change of an active job checks it';
 COMMENT ON COLUMN :"schema".jobs.traceparent IS 'W3C traceparent of the span that enqueued the job (or of the event it was made from); NULL without tracing';
 COMMENT ON COLUMN :"schema".outbox.position IS 'taken after the key lock (trigger outbox_before_insert): per key, the commit order';
+COMMENT ON COLUMN :"schema".outbox.prev_position IS 'the same key''s previous row (0: none; NULL: unknown, or no key), recorded under the key lock';
+COMMENT ON COLUMN :"schema".outbox.prev_xid IS 'that row''s xid (0 with prev_position 0; NULL when unknown)';
 COMMENT ON COLUMN :"schema".outbox.xid IS 'the publishing transaction: the relay reads only rows below the oldest running transaction';

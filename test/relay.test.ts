@@ -10,7 +10,7 @@ import assert from 'node:assert/strict';
 import pg from 'pg';
 import { defineEvent, handleEvent, type CloudEventEnvelope, type RelayEvents, type RelayTarget } from '../src/index.ts';
 import { newId } from '../src/ids.ts';
-import { testDatabases, type TestMailroom } from './helpers/databases.ts';
+import { databaseUrl, testDatabases, type TestMailroom } from './helpers/databases.ts';
 import { eventually } from './helpers/events.ts';
 import { flushUntil } from './helpers/relay.ts';
 
@@ -38,13 +38,77 @@ async function craft(t: TestMailroom, n: number, xid: string, key: string | null
 
 for (const db of testDatabases()) {
   describe(`relay on ${db.name}`, () => {
-    for (const readAhead of [false, true]) it(`keeps per-key order when xid order is not position order, extending or cutting a batch as needed${readAhead ? ' (a read-ahead target)' : ''}`, async () => {
+    it(
+      "a keyed publish reads a row or two to find its key's previous row, even in a session that planned it while the outbox was nearly empty",
+      { skip: db.name === 'pglite' ? 'needs PostgreSQL statistics views and a session of its own' : false },
+      async () => {
+        const t = await db.open();
+        const session = new pg.Client({ connectionString: databaseUrl });
+        await session.connect();
+        const insert = (keys: string[]) =>
+          session.query(
+            `INSERT INTO "${t.schema}".outbox (id, type, version, source, subject, time, data)
+             SELECT gen_random_uuid(), 'relay.happened', 1, '/test', k, now(), '{}'::jsonb FROM unnest($1::text[]) AS k`,
+            [keys],
+          );
+        const rowsRead = async () => {
+          await session.query('SELECT pg_stat_force_next_flush()');
+          await session.query('SELECT pg_stat_clear_snapshot()');
+          const { rows } = await session.query<{ n: string }>(
+            `SELECT coalesce(seq_tup_read, 0) + coalesce(idx_tup_fetch, 0) AS n FROM pg_stat_user_tables WHERE schemaname = $1 AND relname = 'outbox'`,
+            [t.schema],
+          );
+          return Number(rows[0]!.n);
+        };
+        try {
+          // Enough single-row publishes for the session to keep a generic plan of the trigger's look-up.
+          for (let i = 0; i < 8; i++) await insert([`early${i % 2}`]);
+          await t.sql(
+            `INSERT INTO "${t.schema}".outbox (id, type, version, source, subject, time, data)
+             SELECT gen_random_uuid(), 'relay.happened', 1, '/test', 'hot', now(), '{}'::jsonb FROM generate_series(1, 5000)`,
+          );
+          const before = await rowsRead();
+          await insert(Array.from({ length: 24 }, (_, i) => `fresh${i}`));
+          await insert(['hot']);
+          const read = (await rowsRead()) - before;
+          // A probe of the key's index per publish: at most a row each (25 here). Walking the primary key down
+          // from the newest row and filtering by key reads the 5,000 rows of the hot key for each new key.
+          assert.ok(read < 200, `25 keyed publishes read ${read} rows of the outbox`);
+          console.log(`# 25 keyed publishes read ${read} rows of the outbox`);
+          const [hot] = await t.sql<{ prev: string }>(
+            `SELECT o.prev_position::text AS prev FROM "${t.schema}".outbox AS o WHERE o.subject = 'hot' ORDER BY o.position DESC LIMIT 1`,
+          );
+          const [last] = await t.sql<{ position: string }>(
+            `SELECT o.position::text AS position FROM "${t.schema}".outbox AS o WHERE o.subject = 'hot' ORDER BY o.position DESC OFFSET 1 LIMIT 1`,
+          );
+          assert.equal(hot?.prev, last?.position);
+        } finally {
+          await session.end();
+        }
+      },
+    );
+
+    const modes = [false, true].flatMap((readAhead) => [true, false].map((recorded) => ({ readAhead, recorded })));
+    for (const { readAhead, recorded } of modes) it(`keeps per-key order when xid order is not position order, extending or cutting a batch as needed${readAhead ? ', a read-ahead target' : ''}${recorded ? '' : ', rows that name no previous row (walked)'}`, async () => {
       const t = await db.open();
+      /** Rows published under REPEATABLE READ, or before migration 12, name no previous row of their key. */
+      const forget = () => (recorded ? Promise.resolve() : t.sql(`UPDATE "${t.schema}".outbox SET prev_position = NULL, prev_xid = NULL`));
       // Positions follow insert order; xids are chosen. Key K: n=1 (xid 200), n=2 (xid 150), n=4 (xid 180).
       await craft(t, 1, '200', 'K');
       await craft(t, 2, '150', 'K');
       await craft(t, 3, '120', null);
       await craft(t, 4, '180', 'K');
+      await forget();
+      if (recorded) {
+        const prev = await t.sql<{ n: number; prev_position: string | null; prev_xid: string | null }>(
+          `SELECT (data->>'n')::int AS n, prev_position::text AS prev_position, prev_xid::text AS prev_xid FROM "${t.schema}".outbox ORDER BY position`,
+        );
+        assert.deepEqual(
+          prev.map((r) => [r.n, r.prev_position, r.prev_xid]),
+          [[1, '0', '0'], [2, '1', '200'], [3, null, null], [4, '2', '150']],
+          'each keyed row names its key\'s previous row (0: none); a row without a key names none',
+        );
+      }
       const target = capture('capture', readAhead);
       const relay = t.mailroom.relay({ internal: false, to: [target], batchSize: 2 });
       const reports: RelayEvents['held-back'][0][] = [];
@@ -61,6 +125,7 @@ for (const db of testDatabases()) {
       await craft(t, 5, '1000000000000000', 'K2');
       await craft(t, 6, '300', 'K2');
       await craft(t, 7, '310', null);
+      await forget();
       const held = await relay.flush();
       assert.deepEqual(held.capture, { delivered: 0, heldBack: true, leased: true }, 'n=7 comes after n=6 in xid order: nothing passes n=6');
       const stats = await t.mailroom.stats();
@@ -68,7 +133,9 @@ for (const db of testDatabases()) {
       assert.notEqual(stats.relay.capture?.heldBackBy, null);
       assert.equal(reports.length, 1, 'reported once (then at most every 10 s)');
       assert.equal(reports[0]?.waiting, 3);
-      await t.sql(`UPDATE "${t.schema}".outbox SET xid = '250' WHERE (data->>'n')::int = 5`); // its transaction "committed"
+      // Its transaction "committed" (and so did the xid n=6 recorded for it).
+      await t.sql(`UPDATE "${t.schema}".outbox SET xid = '250' WHERE (data->>'n')::int = 5`);
+      await t.sql(`UPDATE "${t.schema}".outbox SET prev_xid = '250' WHERE prev_xid = '1000000000000000'`);
       assert.equal((await relay.flush()).capture?.delivered, 3);
       assert.deepEqual(target.ns(), [3, 1, 2, 4, 5, 6, 7]);
       assert.equal((await t.mailroom.stats()).relay.capture?.unpublished, 0);
@@ -276,42 +343,59 @@ for (const db of testDatabases()) {
       },
     );
 
-    it(
-      'per-key order: a transaction that got its xid first but took the key second is delivered second',
-      { skip: db.name === 'pglite' ? 'PGlite serves one connection: two transactions cannot be open at once' : false },
-      async () => {
-        const t = await db.open();
-        const pool = (await db.handle()) as pg.Pool;
-        await t.sql(`CREATE TABLE "${t.schema}".scratch (n int)`);
-        const handled: number[] = [];
-        const consumer = t.mailroom.consumer({ group: 'ordered', pollInterval: 20, handlers: { [happened.type]: handleEvent(happened, (e) => void handled.push(e.data.n)) } });
-        await consumer.start();
-        const target = capture();
-        const relay = t.mailroom.relay({ to: [target] });
-        const [c1, c2] = [await pool.connect(), await pool.connect()];
-        try {
-          await c2.query('BEGIN');
-          await c2.query(`INSERT INTO "${t.schema}".scratch VALUES (0)`); // T2 takes its xid now
-          await c1.query('BEGIN');
-          await t.mailroom.publish(happened, { n: 1 }, { tx: c1, key: 'K' });
-          await c1.query('COMMIT');
-          await t.mailroom.publish(happened, { n: 2 }, { tx: c2, key: 'K' }); // takes K after T1 committed
-          const [x1, x2] = (await c2.query(`SELECT xid::text AS xid FROM "${t.schema}".outbox ORDER BY position`)).rows as { xid: string }[];
-          assert.ok(BigInt(x2!.xid) < BigInt(x1!.xid), 'the second event has the older xid');
-          await c2.query('COMMIT');
-          await flushUntil(relay, 2, 'capture');
-          assert.deepEqual(target.ns(), [1, 2]);
-          await eventually(() => handled.length === 2, 10_000, 'both handled');
-          assert.deepEqual(handled, [1, 2]);
-        } finally {
-          await c1.query('ROLLBACK').catch(() => {});
-          await c2.query('ROLLBACK').catch(() => {});
-          c1.release();
-          c2.release();
-          await relay.stop();
-          await consumer.stop();
-        }
-      },
-    );
+    for (const isolation of ['READ COMMITTED', 'REPEATABLE READ'] as const) {
+      it(
+        `per-key order: a transaction that got its xid first but took the key second is delivered second, one event per batch (${isolation} publisher)`,
+        { skip: db.name === 'pglite' ? 'PGlite serves one connection: two transactions cannot be open at once' : false },
+        async () => {
+          const t = await db.open();
+          const pool = (await db.handle()) as pg.Pool;
+          await t.sql(`CREATE TABLE "${t.schema}".scratch (n int)`);
+          const handled: number[] = [];
+          const consumer = t.mailroom.consumer({ group: 'ordered', pollInterval: 20, handlers: { [happened.type]: handleEvent(happened, (e) => void handled.push(e.data.n)) } });
+          await consumer.start();
+          const target = capture();
+          // One event per batch: the relay meets n=2 (older xid) first, and must read on to n=1 rather than
+          // deliver n=2 alone.
+          const relay = t.mailroom.relay({ to: [target], batchSize: 1 });
+          // The key's row exists beforehand, so a REPEATABLE READ publish locks it rather than meeting
+          // a row inserted after its snapshot (which is a serialization failure, retried by the caller).
+          await t.mailroom.publish(happened, { n: 0 }, { key: 'K' });
+          const [c1, c2] = [await pool.connect(), await pool.connect()];
+          try {
+            await c2.query(`BEGIN ISOLATION LEVEL ${isolation}`);
+            await c2.query(`INSERT INTO "${t.schema}".scratch VALUES (0)`); // T2 takes its xid (and snapshot) now
+            await c1.query('BEGIN');
+            await t.mailroom.publish(happened, { n: 1 }, { tx: c1, key: 'K' });
+            await c1.query('COMMIT');
+            await t.mailroom.publish(happened, { n: 2 }, { tx: c2, key: 'K' }); // takes K after T1 committed
+            await c2.query('COMMIT');
+            const rows = await t.sql<{ n: number; position: string; xid: string; prev_position: string | null; prev_xid: string | null }>(
+              `SELECT (data->>'n')::int AS n, position::text AS position, xid::text AS xid, prev_position::text AS prev_position, prev_xid::text AS prev_xid
+                 FROM "${t.schema}".outbox ORDER BY position`,
+            );
+            const [r0, r1, r2] = rows;
+            assert.deepEqual(rows.map((r) => r.n), [0, 1, 2]);
+            assert.ok(BigInt(r2!.xid) < BigInt(r1!.xid), 'the second event has the older xid');
+            assert.deepEqual([r1!.prev_position, r1!.prev_xid], [r0!.position, r0!.xid]);
+            // Under READ COMMITTED the publish sees T1's row once it holds the key; a REPEATABLE READ snapshot
+            // predates it, so the row names none and the relay walks the key.
+            if (isolation === 'READ COMMITTED') assert.deepEqual([r2!.prev_position, r2!.prev_xid], [r1!.position, r1!.xid]);
+            else assert.deepEqual([r2!.prev_position, r2!.prev_xid], [null, null]);
+            await flushUntil(relay, 3, 'capture');
+            assert.deepEqual(target.ns(), [0, 1, 2]);
+            await eventually(() => handled.length === 3, 10_000, 'all handled');
+            assert.deepEqual(handled, [0, 1, 2]);
+          } finally {
+            await c1.query('ROLLBACK').catch(() => {});
+            await c2.query('ROLLBACK').catch(() => {});
+            c1.release();
+            c2.release();
+            await relay.stop();
+            await consumer.stop();
+          }
+        },
+      );
+    }
   });
 }

@@ -8,7 +8,7 @@
  */
 import { toEnvelope, type OutboxRow } from '../events/envelope.ts';
 import type { Driver, Queryable } from '../storage/driver.ts';
-import { planBatch, type BatchPlan, type OutboxPoint } from './read-batch.ts';
+import { planBatch, type BatchPlan, type OutboxPoint, type Runner } from './read-batch.ts';
 import type { RelayQueries } from './relay-queries.ts';
 import type { RelayedEvent } from './target.ts';
 
@@ -38,31 +38,33 @@ export interface ReadBatchInput {
 }
 
 /**
- * Reads the next batch in a short read-only transaction. Null when the lease
- * is lost (only checked when reading from the database's cursor; the cursor's
- * fenced advance checks it in every case).
+ * Reads the next batch: past the batch before it with no transaction (usually
+ * one statement), or from the database's cursor in a short transaction that
+ * renews the lease. Null when the lease is lost (only checked when reading
+ * from the database's cursor; the cursor's fenced advance checks it in every
+ * case).
  */
 export async function readBatch(input: ReadBatchInput): Promise<ReadBatch | null> {
   const { driver, queries } = input;
   const { rows: fenceRows } = await driver.run<{ fence: string }>(queries.fence, []);
   const fence = BigInt(fenceRows[0]!.fence);
+  const plan = (db: Runner, from: OutboxPoint) => planBatch(db, queries, from, fence, input.batchSize);
+  const batch = (from: OutboxPoint, planned: BatchPlan): ReadBatch => ({ token: input.token, fence, from, plan: planned, events: planned.rows.map(relayedEvent) });
+  const from = input.from;
+  // Past a batch not yet confirmed: a read needs no lock, and usually one statement.
+  if (from !== null) return batch(from, await plan(driver, from));
   return driver.transaction(async (tx) => {
-    let from = input.from;
-    if (from === null) {
-      const begun = await tx.query<{ cursor_xid: string; cursor_position: string }>(queries.beginRound.text, [input.target, input.holder, input.token, input.leaseMs]);
-      const row = begun.rows[0];
-      if (!row) return null;
-      from = { xid: BigInt(row.cursor_xid), position: BigInt(row.cursor_position) };
-    }
-    const plan = await planBatch(tx, queries, from, fence, input.batchSize);
-    const events = plan.positions.length === 0 ? [] : await eventsAt(tx, queries, plan.positions);
-    return { token: input.token, fence, from, plan, events };
+    const begun = await tx.query<{ cursor_xid: string; cursor_position: string }>(queries.beginRound.text, [input.target, input.holder, input.token, input.leaseMs]);
+    const row = begun.rows[0];
+    if (!row) return null;
+    const cursor = { xid: BigInt(row.cursor_xid), position: BigInt(row.cursor_position) };
+    return batch(cursor, await plan(tx, cursor));
   });
 }
 
-async function eventsAt(tx: Queryable, queries: RelayQueries, positions: string[]): Promise<RelayedEvent[]> {
-  const { rows } = await tx.query<OutboxRow>(queries.rowsAt.text, [positions]);
-  return rows.map((r) => Object.freeze({ position: r.position, xid: r.xid, envelope: toEnvelope(r) }));
+/** An outbox row as a target gets it. */
+export function relayedEvent(row: OutboxRow): RelayedEvent {
+  return Object.freeze({ position: row.position, xid: row.xid, envelope: toEnvelope(row) });
 }
 
 /** The `context.tx` of a read-ahead target: it has no transaction, and says so if used. */

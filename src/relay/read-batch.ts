@@ -1,4 +1,10 @@
-import type { Queryable } from '../storage/driver.ts';
+import type { OutboxRow } from '../events/envelope.ts';
+import type { NamedQuery, QueryResult } from '../storage/driver.ts';
+
+/** Runs mailroom's named statements: the driver, or a transaction of it. */
+export interface Runner {
+  run<R = Record<string, unknown>>(query: NamedQuery, params: readonly unknown[]): Promise<QueryResult<R>>;
+}
 import type { RelayQueries } from './relay-queries.ts';
 
 /** A point in the relay's read order: (xid, position). */
@@ -7,14 +13,22 @@ export interface OutboxPoint {
   position: bigint;
 }
 
+/** A row as the relay reads it, with its key's previous row when the publish recorded it. */
+interface CandidateRow extends OutboxRow {
+  prev_position: string | null;
+  prev_xid: string | null;
+}
+
 interface Candidate extends OutboxPoint {
-  subject: string | null;
+  row: OutboxRow;
+  /** The same key's previous row (a point at or before the cursor when delivered or none); null when not recorded. */
+  prev: OutboxPoint | null;
 }
 
 /** What one read decided. */
 export interface BatchPlan {
-  /** Positions to deliver, ascending (per-key order). */
-  positions: string[];
+  /** The rows to deliver, in position order (per-key order). */
+  rows: OutboxRow[];
   /** The new cursor: the last delivered row in (xid, position) order. */
   cursor: OutboxPoint | null;
   /** True when a row could not be delivered because an earlier row of its key waits behind the fence. */
@@ -33,22 +47,34 @@ export function comparePoints(a: OutboxPoint, b: OutboxPoint): number {
 
 const point = (row: { xid: string; position: string }): OutboxPoint => ({ xid: BigInt(row.xid), position: BigInt(row.position) });
 
+function candidate(r: CandidateRow): Candidate {
+  const { prev_position, prev_xid, ...row } = r;
+  const prev = prev_position === null || prev_xid === null ? null : { xid: BigInt(prev_xid), position: BigInt(prev_position) };
+  return { xid: BigInt(row.xid), position: BigInt(row.position), row, prev };
+}
+
 /**
- * Plans the next batch of one relay target, inside its round's transaction.
+ * Plans the next batch of one relay target and reads its rows.
  *
  * Rows are read past the cursor in (xid, position) order, only below the fence
  * (every transaction below it has ended, so no row can appear there later).
  * That order is not per-key order: a transaction may get its xid before
- * another, then take a key after the other committed. So a row may have
- * same-key predecessors (lower position) that are not delivered and lie
+ * another, then take a key after the other committed. So a row may have a
+ * same-key predecessor (lower position) that is not delivered and lies
  * further on in (xid, position) order. A batch may only end at a row r such
  * that every predecessor of every row up to r is at or before r; the plan
  * takes the longest such prefix (reading on past `batchSize` when it must, to
  * reach one), and stops before a row whose predecessor is behind the fence
  * (its transaction committed but an older one is still open). The batch is
  * delivered in position order, which is per-key commit order.
+ *
+ * Each keyed row names its key's previous row (recorded by the publish under
+ * the key lock, migration 12), which is enough: if a row's previous row comes
+ * before it in this order, so do all earlier ones, by induction. Keys with a
+ * row that names none (published under REPEATABLE READ or SERIALIZABLE, or
+ * before migration 12) are walked down in the database instead.
  */
-export async function planBatch(db: Queryable, queries: RelayQueries, cursor: OutboxPoint, fence: bigint, batchSize: number): Promise<BatchPlan> {
+export async function planBatch(db: Runner, queries: RelayQueries, cursor: OutboxPoint, fence: bigint, batchSize: number): Promise<BatchPlan> {
   const scanned: Candidate[] = [];
   let lastClosed = -1; // index of the last row at which a batch may end
   let need: OutboxPoint = cursor; // the furthest predecessor required by the rows scanned so far
@@ -57,34 +83,37 @@ export async function planBatch(db: Queryable, queries: RelayQueries, cursor: Ou
   let blockedBy: bigint | null = null;
   let exhausted = false;
   const top = new Map<string, bigint>(); // highest scanned position per key
+  /** Requires `p`, a predecessor of the row being scanned: false when it lies behind the fence. */
+  const require = (p: OutboxPoint): boolean => {
+    if (comparePoints(p, cursor) <= 0) return true; // delivered already
+    if (p.xid >= fence) {
+      blocked = true;
+      blockedBy = p.xid;
+      return false;
+    }
+    if (comparePoints(p, need) > 0) need = p;
+    return true;
+  };
   for (;;) {
-    const { rows } = await db.query<{ position: string; xid: string; subject: string | null }>(queries.candidates.text, [
-      String(from.xid),
-      String(from.position),
-      String(fence),
-      batchSize,
-    ]);
-    const chunk: Candidate[] = rows.map((r) => ({ ...point(r), subject: r.subject }));
+    const { rows } = await db.run<CandidateRow>(queries.candidates, [String(from.xid), String(from.position), String(fence), batchSize]);
+    const chunk = rows.map(candidate);
     if (chunk.length < batchSize) exhausted = true;
-    for (const c of chunk) if (c.subject !== null && (top.get(c.subject) ?? -1n) < c.position) top.set(c.subject, c.position);
-    const chunkKeys = new Map<string, bigint>();
-    for (const c of chunk) if (c.subject !== null) chunkKeys.set(c.subject, top.get(c.subject)!);
-    const predecessors = await readPredecessors(db, queries, chunkKeys, cursor);
-    for (const row of chunk) {
-      if (row.subject !== null) {
-        for (const p of predecessors.get(row.subject) ?? []) {
-          if (p.position >= row.position) continue;
-          if (p.xid >= fence) {
-            blocked = true;
-            blockedBy = p.xid;
-            break;
-          }
-          if (comparePoints(p, need) > 0) need = p;
+    for (const c of chunk) if (c.row.subject !== null && (top.get(c.row.subject) ?? -1n) < c.position) top.set(c.row.subject, c.position);
+    const walkKeys = new Map<string, bigint>();
+    for (const c of chunk) if (c.row.subject !== null && c.prev === null) walkKeys.set(c.row.subject, top.get(c.row.subject)!);
+    const walked = await readPredecessors(db, queries, walkKeys, cursor);
+    for (const c of chunk) {
+      const key = c.row.subject;
+      if (key !== null) {
+        if (walkKeys.has(key)) {
+          for (const p of walked.get(key) ?? []) if (p.position < c.position && !require(p)) break;
+        } else if (c.prev !== null) {
+          require(c.prev);
         }
         if (blocked) break;
       }
-      scanned.push(row);
-      if (comparePoints(need, row) <= 0) lastClosed = scanned.length - 1;
+      scanned.push(c);
+      if (comparePoints(need, c) <= 0) lastClosed = scanned.length - 1;
     }
     if (blocked || exhausted) break;
     if (lastClosed >= 0 && scanned.length >= batchSize) break;
@@ -93,7 +122,7 @@ export async function planBatch(db: Queryable, queries: RelayQueries, cursor: Ou
   const batch = scanned.slice(0, lastClosed + 1);
   const end = batch.at(-1);
   return {
-    positions: batch.map((r) => r.position).sort((a, b) => (a < b ? -1 : a > b ? 1 : 0)).map(String),
+    rows: [...batch].sort((a, b) => (a.position < b.position ? -1 : a.position > b.position ? 1 : 0)).map((c) => c.row),
     cursor: end ? { xid: end.xid, position: end.position } : null,
     blocked,
     blockedBy,
@@ -101,11 +130,11 @@ export async function planBatch(db: Queryable, queries: RelayQueries, cursor: Ou
   };
 }
 
-async function readPredecessors(db: Queryable, queries: RelayQueries, top: Map<string, bigint>, cursor: OutboxPoint): Promise<Map<string, OutboxPoint[]>> {
+async function readPredecessors(db: Runner, queries: RelayQueries, top: Map<string, bigint>, cursor: OutboxPoint): Promise<Map<string, OutboxPoint[]>> {
   const byKey = new Map<string, OutboxPoint[]>();
   if (top.size === 0) return byKey;
   const keys = [...top.keys()];
-  const { rows } = await db.query<{ subject: string; position: string; xid: string }>(queries.predecessors.text, [
+  const { rows } = await db.run<{ subject: string; position: string; xid: string }>(queries.predecessors, [
     keys,
     keys.map((k) => String(top.get(k))),
     String(cursor.xid),

@@ -15,7 +15,6 @@ export interface RelayQueries {
   beginRound: NamedQuery;
   candidates: NamedQuery;
   predecessors: NamedQuery;
-  rowsAt: NamedQuery;
   advance: NamedQuery;
   advanceNow: NamedQuery;
   afterCursor: NamedQuery;
@@ -64,17 +63,21 @@ export function relayQueries(quotedSchema: string): RelayQueries {
        RETURNING cursor_xid::text AS cursor_xid, cursor_position::text AS cursor_position`,
     ),
     // $1 cursor xid, $2 cursor position, $3 fence, $4 limit: the next rows past the cursor whose
-    // transactions have all ended, in (xid, position) order. Columns are qualified: a bare ORDER BY
+    // transactions have all ended, in (xid, position) order, whole (a batch is what the plan keeps of
+    // them), with the same key's previous row (migration 12). Columns are qualified: a bare ORDER BY
     // xid, position would sort by the text output columns ('104' < '96').
     candidates: q(
       'relay_candidates',
-      `SELECT o.position::text AS position, o.xid::text AS xid, o.subject FROM ${s}.outbox AS o
+      `SELECT o.position::text AS position, o.xid::text AS xid, o.prev_position::text AS prev_position, o.prev_xid::text AS prev_xid,
+              o.id, o.type, o.version, o.source, o.subject, o.time, o.correlation_id, o.causation_id, o.traceparent, o.headers, o.data
+         FROM ${s}.outbox AS o
         WHERE (o.xid, o.position) > ($1::xid8, $2::bigint) AND o.xid < $3::xid8
         ORDER BY o.xid, o.position LIMIT $4`,
     ),
     // $1 keys, $2 the highest position of each key in the rows read so far, $3 cursor xid,
-    // $4 cursor position. Walks each key down from that position, one index probe per row, and
-    // stops at the first row already delivered (at or below the cursor): what a key has delivered
+    // $4 cursor position. For keys whose rows do not name their previous row (written under
+    // REPEATABLE READ or SERIALIZABLE, or before migration 12). Walks each key down from that
+    // position, one index probe per row, and stops at the first row already delivered (at or below the cursor): what a key has delivered
     // is always a prefix of its rows in position order. Returns every undelivered row of the keys
     // below those positions, eligible (below the fence) or not.
     predecessors: q(
@@ -90,13 +93,6 @@ export function relayQueries(quotedSchema: string): RelayQueries {
               ORDER BY o.position DESC LIMIT 1) AS p
           WHERE (p.xid, p.position) > ($3::xid8, $4::bigint))
        SELECT subject, position::text AS position, xid::text AS xid FROM walk WHERE xid IS NOT NULL`,
-    ),
-    // $1 positions. (Qualified names: a bare ORDER BY position would sort by the text output column.)
-    rowsAt: q(
-      'relay_rows_at',
-      `SELECT o.position::text AS position, o.xid::text AS xid, o.id, o.type, o.version, o.source, o.subject, o.time, o.correlation_id,
-              o.causation_id, o.traceparent, o.headers, o.data
-         FROM ${s}.outbox AS o WHERE o.position = ANY($1::bigint[]) ORDER BY o.position`,
     ),
     // $1 target, $2 holder, $3 token, $4 cursor xid, $5 cursor position, $6 delivered
     advance: q(

@@ -2,15 +2,14 @@ import { SafeEmitter } from '../observe/safe-emitter.ts';
 import { publishTraced } from './traced-publish.ts';
 import type { SafetyWarning } from '../brokers/safety.ts';
 import { MailroomError } from '../errors.ts';
-import { toEnvelope, type OutboxRow } from '../events/envelope.ts';
 import type { OutboxQueries } from '../events/outbox-queries.ts';
 import type { Driver } from '../storage/driver.ts';
 import { findHolder, type HeldBackBy } from './held-back.ts';
 import type { ResolvedRelayOptions } from './options.ts';
 import { planBatch, type OutboxPoint } from './read-batch.ts';
-import { NO_TRANSACTION, readBatch, type ReadBatch } from './read-ahead.ts';
+import { NO_TRANSACTION, readBatch, relayedEvent, type ReadBatch } from './read-ahead.ts';
 import type { RelayQueries } from './relay-queries.ts';
-import type { RelayedEvent, RelayTarget } from './target.ts';
+import type { RelayTarget } from './target.ts';
 import { Waker } from '../worker/waker.ts';
 
 /** Events a relay emits. */
@@ -327,11 +326,10 @@ export class Relay extends SafeEmitter<RelayEvents> {
         if (!row) return { kind: 'lost' };
         const cursor = { xid: BigInt(row.cursor_xid), position: BigInt(row.cursor_position) };
         const plan = await planBatch(tx, this.queries, cursor, fence, this.options.batchSize);
-        if (plan.positions.length === 0 || plan.cursor === null) {
+        if (plan.rows.length === 0 || plan.cursor === null) {
           return { kind: 'done', delivered: 0, exhausted: plan.exhausted, blockedBy: plan.blockedBy, fence, cursor };
         }
-        const { rows } = await tx.query<OutboxRow>(this.queries.rowsAt.text, [plan.positions]);
-        const events: RelayedEvent[] = rows.map((r) => Object.freeze({ position: r.position, xid: r.xid, envelope: toEnvelope(r) }));
+        const events = plan.rows.map(relayedEvent);
         await publishTraced(s.target, events, { tx });
         const next = plan.cursor;
         const advanced = await tx.query(this.queries.advance.text, [name, this.id, token, String(next.xid), String(next.position), events.length]);

@@ -1,0 +1,49 @@
+/**
+ * A broker target without the relay or a database: the adapter's own
+ * publish of N events of the relay's size, in batches of BATCH, one batch at
+ * a time. What the relay can reach at best with this adapter (its share of
+ * the broker's ceiling is then the relay's read and the overlap).
+ *
+ *   N=40000 BATCH=1000 TARGET=redis|nats|rabbitmq npx tsx bench/brokers/target-alone.ts
+ */
+import { randomUUID } from 'node:crypto';
+import { toEnvelope, type RelayedEvent } from '../../dist/index.js';
+import { now } from '../stats.ts';
+import { noted, PAD, setups, type Kind } from './setups.ts';
+
+const N = Number(process.env.N ?? 40000);
+const BATCH = Number(process.env.BATCH ?? 1000);
+const kind = (process.env.TARGET ?? 'redis') as Kind;
+const brokers = setups({
+  rabbitmq: process.env.RABBITMQ_URL ?? 'amqp://guest:guest@127.0.0.1:5672',
+  nats: process.env.NATS_URL ?? 'nats://127.0.0.1:4222',
+  redis: process.env.REDIS_URL ?? 'redis://127.0.0.1:6379',
+});
+const broker = brokers[kind];
+if (!broker) throw new Error(`TARGET must be rabbitmq, nats or redis, got ${kind}`);
+const name = `mrbench_target_${Date.now().toString(36)}`;
+await broker.prepare(name);
+const target = broker.target(name);
+const batches: RelayedEvent[][] = [];
+for (let i = 0; i < N; i += BATCH) {
+  batches.push(
+    Array.from({ length: Math.min(BATCH, N - i) }, (_, j) => {
+      const n = i + j;
+      const envelope = toEnvelope({
+        position: String(n + 1), xid: '1', id: randomUUID(), type: noted.type, version: 1, source: 'mailroom://bench-host',
+        subject: `k${n % 100}`, time: new Date(), correlation_id: null, causation_id: null, traceparent: null, headers: null, data: { n, pad: PAD },
+      });
+      return Object.freeze({ position: String(n + 1), xid: '1', envelope });
+    }),
+  );
+}
+try {
+  await target.publish(batches[0]!.slice(0, 1), { tx: { query: () => Promise.reject(new Error('no tx')) } }); // connect
+  const started = now();
+  for (const batch of batches) await target.publish(batch, { tx: { query: () => Promise.reject(new Error('no tx')) } });
+  const seconds = (now() - started) / 1000;
+  console.log(`${kind} target alone: ${N} events in ${seconds.toFixed(2)} s = ${Math.round(N / seconds)} events/s (batch ${BATCH})`);
+} finally {
+  await target.close?.();
+  await broker.cleanup(name).catch(() => undefined);
+}
