@@ -142,6 +142,26 @@ for (const db of testDatabases()) {
       await relay.stop();
     });
 
+    it("a target added after retention deleted a row's recorded previous row still delivers it", async () => {
+      const t = await db.open();
+      // Key K: n=1 (position 1, xid 300), then n=2 (position 2, xid 200), which records n=1 as its previous row.
+      await craft(t, 1, '300', 'K');
+      await craft(t, 2, '200', 'K');
+      const first = capture('first');
+      const relay = t.mailroom.relay({ internal: false, to: [first] });
+      assert.equal((await relay.flush()).first?.delivered, 2);
+      await relay.stop();
+      // Retention deletes n=1 (older) and keeps n=2; then a new target starts from the beginning.
+      await t.sql(`UPDATE "${t.schema}".outbox SET created_at = now() - interval '2 days' WHERE (data->>'n')::int = 1`);
+      assert.deepEqual(await t.mailroom.relay({ internal: false, to: [first], retention: 24 * 3600_000 }).prune(), { events: 1 });
+      const late = capture('late');
+      const lateRelay = t.mailroom.relay({ internal: false, to: [late] });
+      const flushed = await Promise.race([lateRelay.flush(), new Promise<'stuck'>((r) => setTimeout(() => r('stuck'), 5000).unref())]);
+      assert.notEqual(flushed, 'stuck', 'the flush came back');
+      assert.deepEqual(late.ns(), [2]);
+      await lateRelay.stop();
+    });
+
     it('a read-ahead target: the next batch is read during the confirm; a failed publish is retried from the cursor, nothing skipped or reordered; context.tx is refused', async () => {
       const t = await db.open();
       for (let n = 1; n <= 23; n++) await craft(t, n, String(100 + n), `k${n % 3}`);
