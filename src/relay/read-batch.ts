@@ -122,7 +122,7 @@ export async function planBatch(db: Runner, queries: RelayQueries, cursor: Outbo
   // Every row below the fence past the cursor was read: a required row that was not among them no
   // longer exists (retention deleted it after every target then known had passed it; a target added
   // since starts before it). Nothing is left to wait for.
-  void 0;
+  if (exhausted && !blocked) lastClosed = scanned.length - 1;
   const batch = scanned.slice(0, lastClosed + 1);
   const end = batch.at(-1);
   return {
@@ -130,7 +130,7 @@ export async function planBatch(db: Runner, queries: RelayQueries, cursor: Outbo
     cursor: end ? { xid: end.xid, position: end.position } : null,
     blocked,
     blockedBy,
-    exhausted: exhausted && !blocked && lastClosed === scanned.length - 1,
+    exhausted: exhausted && !blocked,
   };
 }
 
