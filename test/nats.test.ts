@@ -293,6 +293,23 @@ describe('nats target', { skip }, () => {
     }).finally(() => deleteStream(NATS, stream));
   });
 
+  test('a stream deleted under a connected target: the publish fails at once saying no stream captures the subject, and nothing is stored', async () => {
+    const stream = `mr-${unique()}`;
+    await createStream(NATS, stream);
+    const target = nats({ url: NATS, stream, declare: false, ackTimeout: '20s' });
+    await closing([target], async () => {
+      await target.publish(events(1), relayContext); // connected
+      await deleteStream(NATS, stream);
+      const started = Date.now();
+      await assert.rejects(target.publish(events(3), relayContext), /nats: no stream captures event 1 of 3 .*check that the stream exists/);
+      assert.ok(Date.now() - started < 5_000, 'answered by the server (no responders), not by the ackTimeout');
+      await createStream(NATS, stream);
+      const batch = events(2);
+      await target.publish(batch, relayContext);
+      assert.deepEqual((await readStream(NATS, stream)).map((m) => m.headers['Nats-Msg-Id']), batch.map((x) => x.envelope.id));
+    }).finally(() => deleteStream(NATS, stream));
+  });
+
   test('rejects while the server is down, names it, and publishes again once it is back', async () => {
     const server = await PrivateNatsServer.create();
     const stream = `mr-${unique()}`;

@@ -3,7 +3,7 @@
  * with the event id as `Nats-Msg-Id` (the stream's deduplication), and
  * resolves only when every event has its PubAck.
  */
-import { jetstream, jetstreamManager, JetStreamApiError, type JetStreamClient, type JetStreamManager, type PubAck } from '@nats-io/jetstream';
+import { jetstreamManager, type JetStreamManager } from '@nats-io/jetstream';
 import { headers as natsHeaders, type NatsConnection } from '@nats-io/transport-node';
 import type { SafetyWarning, TargetCheckContext } from '../safety.ts';
 import { toWireMessage, type WireMessage } from '../wire.ts';
@@ -12,17 +12,16 @@ import { targetWarnings } from './check.ts';
 import { closeQuietly, describeServers, openConnection, reason } from './connect.ts';
 import { isLiteralSubject, resolveTargetOptions, type NatsTargetOptions, type ResolvedNatsTargetOptions } from './options.ts';
 import { ensureStream, MIN_DUPLICATE_WINDOW_MS, streamInfoOrNull } from './stream.ts';
+import { NoStreamError, PubAckError, PubAckInbox, type PubAckOutcome } from './pub-acks.ts';
 
 /** The server's error code for a failed `Nats-Expected-Last-Msg-Id` check. */
 const WRONG_LAST_MSG_ID = 10070;
 
 interface Session {
   nc: NatsConnection;
-  js: JetStreamClient;
   jsm: JetStreamManager;
+  acks: PubAckInbox;
 }
-
-type Outcome = { ok: true; ack: PubAck } | { ok: false; error: unknown };
 
 /** A relay target publishing to a NATS JetStream stream; see {@link nats}. */
 export class NatsTarget implements RelayTarget {
@@ -72,37 +71,40 @@ export class NatsTarget implements RelayTarget {
    * else did), the rest of the batch goes one event at a time.
    */
   async #publishChained(session: Session, messages: readonly WireMessage[], deadline: number): Promise<void> {
-    const outcomes = await Promise.all(
-      messages.map((m, i) => this.#send(session, m, deadline, i === 0 ? null : messages[i - 1]!.id)),
-    );
+    const outcomes = await this.#sendAll(session, messages, deadline, true);
     const first = outcomes.findIndex((o) => !o.ok);
     if (first === -1) return;
     const failed = outcomes[first] as { ok: false; error: unknown };
-    if (!(failed.error instanceof JetStreamApiError && failed.error.code === WRONG_LAST_MSG_ID)) {
+    if (!(failed.error instanceof PubAckError && failed.error.errCode === WRONG_LAST_MSG_ID)) {
       throw this.#publishError(messages[first]!, failed.error, first, messages.length);
     }
     for (let i = first; i < messages.length; i++) {
-      const outcome = await this.#send(session, messages[i]!, deadline, null);
-      if (!outcome.ok) throw this.#publishError(messages[i]!, outcome.error, i, messages.length);
+      const [outcome] = await this.#sendAll(session, [messages[i]!], deadline, false);
+      if (!outcome!.ok) throw this.#publishError(messages[i]!, outcome!.error, i, messages.length);
     }
   }
 
-  #send(session: Session, m: WireMessage, deadline: number, previousId: string | null): Promise<Outcome> {
-    const h = natsHeaders();
-    for (const [name, value] of Object.entries(m.headers)) h.set(name, value);
-    h.set('content-type', m.contentType);
-    const timeout = Math.max(1, deadline - Date.now());
-    return session.js
-      .publish(`${this.#options.subjectPrefix}.${m.type}`, m.body, {
-        msgID: m.id,
-        headers: h,
-        timeout,
-        expect: previousId === null ? { streamName: this.#options.stream } : { streamName: this.#options.stream, lastMsgID: previousId },
-      })
-      .then(
-        (ack): Outcome => ({ ok: true, ack }),
-        (error: unknown): Outcome => ({ ok: false, error }),
-      );
+  /**
+   * Publishes the messages back to back and waits for every PubAck, or for
+   * the deadline. `chained`: each message after the first expects the one
+   * before it as the stream's last message id.
+   */
+  async #sendAll(session: Session, messages: readonly WireMessage[], deadline: number, chained: boolean): Promise<PubAckOutcome[]> {
+    const sent = messages.map((m, i) => {
+      const h = natsHeaders();
+      for (const [name, value] of Object.entries(m.headers)) h.set(name, value);
+      h.set('content-type', m.contentType);
+      h.set('Nats-Msg-Id', m.id);
+      h.set('Nats-Expected-Stream', this.#options.stream);
+      if (chained && i > 0) h.set('Nats-Expected-Last-Msg-Id', messages[i - 1]!.id);
+      return session.acks.publish(`${this.#options.subjectPrefix}.${m.type}`, m.body, h);
+    });
+    const timer = setTimeout(() => session.acks.expire(sent[0]!.number, sent.at(-1)!.number, this.#options.ackTimeoutMs), Math.max(1, deadline - Date.now()));
+    try {
+      return await Promise.all(sent.map((s) => s.outcome));
+    } finally {
+      clearTimeout(timer);
+    }
   }
 
   #publishError(m: WireMessage, error: unknown, index: number, count: number): Error {
@@ -111,7 +113,7 @@ export class NatsTarget implements RelayTarget {
     if (isTimeout(error)) {
       return new Error(`nats: no PubAck for ${where} within the ackTimeout of ${this.#options.ackTimeoutMs} ms; the server is stalled or overloaded (the relay retries the batch)`, { cause: error });
     }
-    if (error instanceof Error && error.name === 'JetStreamNotEnabled') {
+    if (error instanceof NoStreamError) {
       return new Error(`nats: no stream captures ${where}: check that the stream exists and that its subjects include '${this.#options.subjectPrefix}.>', and that JetStream is enabled`, { cause: error });
     }
     return new Error(`nats: publishing ${where} failed: ${reason(error)}`, { cause: error });
@@ -130,7 +132,7 @@ export class NatsTarget implements RelayTarget {
     try {
       const jsm = await jetstreamManager(nc);
       await ensureStream(jsm, this.#options, Math.max(MIN_DUPLICATE_WINDOW_MS, this.#horizonMs));
-      const session = { nc, js: jetstream(nc), jsm };
+      const session = { nc, jsm, acks: new PubAckInbox(nc) };
       this.#session = session;
       void nc.closed().then(() => {
         if (this.#session === session) this.#session = null;
