@@ -36,6 +36,14 @@ async function craft(t: TestMailroom, n: number, xid: string, key: string | null
   );
 }
 
+/** Rolls back whatever a test left open on its pooled sessions and gives them back. */
+async function endSessions(...clients: pg.PoolClient[]): Promise<void> {
+  for (const c of clients) {
+    await c.query('ROLLBACK').catch(() => {});
+    c.release();
+  }
+}
+
 for (const db of testDatabases()) {
   describe(`relay on ${db.name}`, () => {
     it(
@@ -354,10 +362,7 @@ for (const db of testDatabases()) {
           assert.equal(target.envelopes[0]?.id, first);
           assert.equal((await t.mailroom.stats()).relay.capture?.heldBackBy, null);
         } finally {
-          await c1.query('ROLLBACK').catch(() => {});
-          await c2.query('ROLLBACK').catch(() => {});
-          c1.release();
-          c2.release();
+          await endSessions(c1, c2);
           await relay.stop();
         }
       },
@@ -407,10 +412,7 @@ for (const db of testDatabases()) {
             await eventually(() => handled.length === 3, 10_000, 'all handled');
             assert.deepEqual(handled, [0, 1, 2]);
           } finally {
-            await c1.query('ROLLBACK').catch(() => {});
-            await c2.query('ROLLBACK').catch(() => {});
-            c1.release();
-            c2.release();
+            await endSessions(c1, c2);
             await relay.stop();
             await consumer.stop();
           }
