@@ -4,6 +4,7 @@
  * (or hold) the key.
  */
 import { describe, it } from 'node:test';
+import { rowsRead } from './helpers/rows-read.ts';
 import assert from 'node:assert/strict';
 import { defineJob, type Job } from '../src/index.ts';
 import pg from 'pg';
@@ -157,15 +158,6 @@ for (const db of testDatabases()) {
           );
           return rows.length;
         };
-        const rowsRead = async () => {
-          await session.query('SELECT pg_stat_force_next_flush()');
-          await session.query('SELECT pg_stat_clear_snapshot()');
-          const { rows } = await session.query<{ n: string }>(
-            `SELECT coalesce(seq_tup_read, 0) + coalesce(idx_tup_fetch, 0) AS n FROM pg_stat_user_tables WHERE schemaname = $1 AND relname = 'jobs'`,
-            [schema],
-          );
-          return Number(rows[0]!.n);
-        };
         await add(3);
         for (let i = 0; i < 3; i++) assert.equal(await claimAndComplete(1), 1); // the trigger's statements planned now
         await add(5000);
@@ -174,13 +166,13 @@ for (const db of testDatabases()) {
             WHERE id IN (SELECT id FROM "${schema}".jobs WHERE queue = 'plan' AND state = 'available' AND NOT blocked ORDER BY id LIMIT 24)
            RETURNING id, claim_count`,
         );
-        const before = await rowsRead();
+        const before = await rowsRead(session, schema, 'jobs');
         await session.query(
           `UPDATE "${schema}".jobs AS j SET state = 'completed', finished_at = now(), locked_until = NULL
              FROM unnest($1::uuid[], $2::int[]) AS c(id, claim) WHERE j.id = c.id AND j.claim_count = c.claim AND j.state = 'active'`,
           [claimed.map((r) => r.id), claimed.map((r) => r.claim_count)],
         );
-        const read = (await rowsRead()) - before;
+        const read = (await rowsRead(session, schema, 'jobs')) - before;
         // An index probe or two per key: a few dozen rows (24 here when written). A plan made for the
         // nearly empty table reads all 5,000 jobs at least once (5,027 with the first version of
         // migration 11), or every holder once per key.

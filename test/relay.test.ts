@@ -6,6 +6,7 @@
  * relay-crash.test.ts.
  */
 import { describe, it } from 'node:test';
+import { rowsRead } from './helpers/rows-read.ts';
 import assert from 'node:assert/strict';
 import pg from 'pg';
 import { defineEvent, handleEvent, type CloudEventEnvelope, type RelayEvents, type RelayTarget } from '../src/index.ts';
@@ -59,15 +60,6 @@ for (const db of testDatabases()) {
              SELECT gen_random_uuid(), 'relay.happened', 1, '/test', k, now(), '{}'::jsonb FROM unnest($1::text[]) AS k`,
             [keys],
           );
-        const rowsRead = async () => {
-          await session.query('SELECT pg_stat_force_next_flush()');
-          await session.query('SELECT pg_stat_clear_snapshot()');
-          const { rows } = await session.query<{ n: string }>(
-            `SELECT coalesce(seq_tup_read, 0) + coalesce(idx_tup_fetch, 0) AS n FROM pg_stat_user_tables WHERE schemaname = $1 AND relname = 'outbox'`,
-            [t.schema],
-          );
-          return Number(rows[0]!.n);
-        };
         try {
           // Enough single-row publishes for the session to keep a generic plan of the trigger's look-up.
           for (let i = 0; i < 8; i++) await insert([`early${i % 2}`]);
@@ -75,10 +67,10 @@ for (const db of testDatabases()) {
             `INSERT INTO "${t.schema}".outbox (id, type, version, source, subject, time, data)
              SELECT gen_random_uuid(), 'relay.happened', 1, '/test', 'hot', now(), '{}'::jsonb FROM generate_series(1, 5000)`,
           );
-          const before = await rowsRead();
+          const before = await rowsRead(session, t.schema, 'outbox');
           await insert(Array.from({ length: 24 }, (_, i) => `fresh${i}`));
           await insert(['hot']);
-          const read = (await rowsRead()) - before;
+          const read = (await rowsRead(session, t.schema, 'outbox')) - before;
           // A probe of the key's index per publish: at most a row each (25 here). Walking the primary key down
           // from the newest row and filtering by key reads the 5,000 rows of the hot key for each new key.
           assert.ok(read < 200, `25 keyed publishes read ${read} rows of the outbox`);

@@ -6,11 +6,10 @@
  * fenced statement; batch k+1 is published only after batch k was confirmed
  * (wire order is outbox order), and is dropped when k fails or the lease is lost.
  */
-import { toEnvelope, type OutboxRow } from '../events/envelope.ts';
 import type { Driver, Queryable } from '../storage/driver.ts';
 import { planBatch, type BatchPlan, type OutboxPoint, type Runner } from './read-batch.ts';
 import type { RelayQueries } from './relay-queries.ts';
-import type { RelayedEvent } from './target.ts';
+import { relayedEvent, type RelayedEvent } from './target.ts';
 
 /** A batch read ahead of its delivery. */
 export interface ReadBatch {
@@ -60,11 +59,6 @@ export async function readBatch(input: ReadBatchInput): Promise<ReadBatch | null
     const cursor = { xid: BigInt(row.cursor_xid), position: BigInt(row.cursor_position) };
     return batch(cursor, await plan(tx, cursor));
   });
-}
-
-/** An outbox row as a target gets it. */
-export function relayedEvent(row: OutboxRow): RelayedEvent {
-  return Object.freeze({ position: row.position, xid: row.xid, envelope: toEnvelope(row) });
 }
 
 /** The `context.tx` of a read-ahead target: it has no transaction, and says so if used. */

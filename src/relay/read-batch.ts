@@ -1,11 +1,9 @@
 import type { OutboxRow } from '../events/envelope.ts';
-import type { NamedQuery, QueryResult } from '../storage/driver.ts';
+import type { Transaction } from '../storage/driver.ts';
+import type { RelayQueries } from './relay-queries.ts';
 
 /** Runs mailroom's named statements: the driver, or a transaction of it. */
-export interface Runner {
-  run<R = Record<string, unknown>>(query: NamedQuery, params: readonly unknown[]): Promise<QueryResult<R>>;
-}
-import type { RelayQueries } from './relay-queries.ts';
+export type Runner = Pick<Transaction, 'run'>;
 
 /** A point in the relay's read order: (xid, position). */
 export interface OutboxPoint {
@@ -47,9 +45,9 @@ export function comparePoints(a: OutboxPoint, b: OutboxPoint): number {
 
 const point = (row: { xid: string; position: string }): OutboxPoint => ({ xid: BigInt(row.xid), position: BigInt(row.position) });
 
-function candidate(r: CandidateRow): Candidate {
-  const { prev_position, prev_xid, ...row } = r;
-  const prev = prev_position === null || prev_xid === null ? null : { xid: BigInt(prev_xid), position: BigInt(prev_position) };
+/** The row itself is kept as read (its two extra columns are harmless to the envelope). */
+function candidate(row: CandidateRow): Candidate {
+  const prev = row.prev_position === null || row.prev_xid === null ? null : { xid: BigInt(row.prev_xid), position: BigInt(row.prev_position) };
   return { xid: BigInt(row.xid), position: BigInt(row.position), row, prev };
 }
 
@@ -84,7 +82,7 @@ export async function planBatch(db: Runner, queries: RelayQueries, cursor: Outbo
   let exhausted = false;
   const top = new Map<string, bigint>(); // highest scanned position per key
   /** Requires `p`, a predecessor of the row being scanned: false when it lies behind the fence. */
-  const require = (p: OutboxPoint): boolean => {
+  const needs = (p: OutboxPoint): boolean => {
     if (comparePoints(p, cursor) <= 0) return true; // delivered already
     if (p.xid >= fence) {
       blocked = true;
@@ -106,9 +104,9 @@ export async function planBatch(db: Runner, queries: RelayQueries, cursor: Outbo
       const key = c.row.subject;
       if (key !== null) {
         if (walkKeys.has(key)) {
-          for (const p of walked.get(key) ?? []) if (p.position < c.position && !require(p)) break;
+          for (const p of walked.get(key) ?? []) if (p.position < c.position && !needs(p)) break;
         } else if (c.prev !== null) {
-          require(c.prev);
+          needs(c.prev);
         }
         if (blocked) break;
       }
@@ -124,10 +122,11 @@ export async function planBatch(db: Runner, queries: RelayQueries, cursor: Outbo
   // since starts before it). Nothing is left to wait for.
   if (exhausted && !blocked) lastClosed = scanned.length - 1;
   const batch = scanned.slice(0, lastClosed + 1);
-  const end = batch.at(-1);
+  const end = batch.at(-1); // the cursor: the last in (xid, position) order, before sorting by position
+  const next = end ? { xid: end.xid, position: end.position } : null;
   return {
-    rows: [...batch].sort((a, b) => (a.position < b.position ? -1 : a.position > b.position ? 1 : 0)).map((c) => c.row),
-    cursor: end ? { xid: end.xid, position: end.position } : null,
+    rows: batch.sort((a, b) => (a.position < b.position ? -1 : a.position > b.position ? 1 : 0)).map((c) => c.row),
+    cursor: next,
     blocked,
     blockedBy,
     exhausted: exhausted && !blocked,

@@ -77,9 +77,10 @@ export function relayQueries(quotedSchema: string): RelayQueries {
     // $1 keys, $2 the highest position of each key in the rows read so far, $3 cursor xid,
     // $4 cursor position. For keys whose rows do not name their previous row (written under
     // REPEATABLE READ or SERIALIZABLE, or before migration 12). Walks each key down from that
-    // position, one index probe per row, and stops at the first row already delivered (at or below the cursor): what a key has delivered
-    // is always a prefix of its rows in position order. Returns every undelivered row of the keys
-    // below those positions, eligible (below the fence) or not.
+    // position, one index probe per row, and stops at the first row already delivered (at or
+    // below the cursor): what a key has delivered is always a prefix of its rows in position
+    // order. Returns every undelivered row of the keys below those positions, eligible (below the
+    // fence) or not.
     predecessors: q(
       'relay_predecessors',
       `WITH RECURSIVE walk(subject, position, xid) AS (

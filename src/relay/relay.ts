@@ -7,9 +7,9 @@ import type { Driver } from '../storage/driver.ts';
 import { findHolder, type HeldBackBy } from './held-back.ts';
 import type { ResolvedRelayOptions } from './options.ts';
 import { planBatch, type OutboxPoint } from './read-batch.ts';
-import { NO_TRANSACTION, readBatch, relayedEvent, type ReadBatch } from './read-ahead.ts';
+import { NO_TRANSACTION, readBatch, type ReadBatch } from './read-ahead.ts';
 import type { RelayQueries } from './relay-queries.ts';
-import type { RelayTarget } from './target.ts';
+import { relayedEvent, type RelayTarget } from './target.ts';
 import { Waker } from '../worker/waker.ts';
 
 /** Events a relay emits. */

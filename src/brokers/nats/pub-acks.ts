@@ -8,7 +8,7 @@
  * paid. The JetStream headers (`Nats-Msg-Id`, `Nats-Expected-Stream`,
  * `Nats-Expected-Last-Msg-Id`) are set by the caller.
  */
-import { createInbox, type Msg, type MsgHdrs, type NatsConnection, type Subscription } from '@nats-io/transport-node';
+import { createInbox, type Msg, type MsgHdrs, type NatsConnection } from '@nats-io/transport-node';
 
 /** What the stream answered for one message. */
 export type PubAckOutcome = { ok: true; seq: number; duplicate: boolean } | { ok: false; error: Error };
@@ -58,16 +58,16 @@ interface PubAckBody {
 export class PubAckInbox {
   readonly #nc: NatsConnection;
   readonly #prefix = createInbox();
-  readonly #subscription: Subscription;
   readonly #waiting = new Map<number, (outcome: PubAckOutcome) => void>();
   #next = 0;
 
   constructor(nc: NatsConnection) {
     this.#nc = nc;
-    this.#subscription = nc.subscribe(`${this.#prefix}.*`, {
-      callback: (error, msg) => (error ? this.failAll(error) : this.#answer(msg)),
+    // Ends with the connection: the target never closes it on its own.
+    nc.subscribe(`${this.#prefix}.*`, {
+      callback: (error, msg) => (error ? this.#failAll(error) : this.#answer(msg)),
     });
-    void nc.closed().then((error) => this.failAll(error ?? new Error('the connection closed')));
+    void nc.closed().then((error) => this.#failAll(error ?? new Error('the connection closed')));
   }
 
   /** Publishes one message; `outcome` resolves with the stream's answer (see {@link expire} for a deadline). */
@@ -87,15 +87,9 @@ export class PubAckInbox {
     for (let n = from; n <= to; n++) if (this.#waiting.has(n)) this.#settle(n, { ok: false, error: new PubAckTimeoutError(timeoutMs) });
   }
 
-  /** Fails every message still waiting. */
-  failAll(error: Error): void {
+  /** Fails every message still waiting (the subscription or the connection ended). */
+  #failAll(error: Error): void {
     for (const n of [...this.#waiting.keys()]) this.#settle(n, { ok: false, error });
-  }
-
-  /** Stops listening (the connection is closing). */
-  close(): void {
-    this.#subscription.unsubscribe();
-    this.failAll(new Error('the publisher closed'));
   }
 
   #settle(number: number, outcome: PubAckOutcome): void {
