@@ -142,6 +142,27 @@ for (const db of testDatabases()) {
       await relay.stop();
     });
 
+    it('a row published after a rolled-back savepoint names the last row that stayed, not the rolled-back one', async () => {
+      const t = await db.open();
+      await t.mailroom.publishMany(happened, [{ n: 0 }, { n: 1 }], { key: () => 'K' });
+      await t.mailroom.transaction(async (tx) => {
+        await tx.query('SAVEPOINT before_two');
+        await t.mailroom.publish(happened, { n: 2 }, { key: 'K', tx });
+        await tx.query('ROLLBACK TO SAVEPOINT before_two');
+        await t.mailroom.publish(happened, { n: 3 }, { key: 'K', tx });
+      });
+      const rows = await t.sql<{ n: number; position: string; prev_position: string }>(
+        `SELECT (o.data->>'n')::int AS n, o.position::text AS position, o.prev_position::text AS prev_position FROM "${t.schema}".outbox AS o ORDER BY o.position`,
+      );
+      assert.deepEqual(rows.map((r) => r.n), [0, 1, 3]);
+      assert.equal(rows[2]!.prev_position, rows[1]!.position, 'n=3 names n=1');
+      const target = capture();
+      const relay = t.mailroom.relay({ internal: false, to: [target], batchSize: 1 });
+      await flushUntil(relay, 3, 'capture');
+      assert.deepEqual(target.ns(), [0, 1, 3]);
+      await relay.stop();
+    });
+
     it("a target added after retention deleted a row's recorded previous row still delivers it", async () => {
       const t = await db.open();
       // Key K: n=1 (position 1, xid 300), then n=2 (position 2, xid 200), which records n=1 as its previous row.
