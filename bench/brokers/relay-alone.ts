@@ -61,6 +61,7 @@ try {
   let delivered = 0;
   const done = new Promise<void>((resolve) => relay.on('delivered', (i) => (delivered += i.count) >= N && resolve()));
   const profiler = process.env.PROF ? await startProfile() : null;
+  if (process.env.MARK) process.stderr.write("relay starts\n");
   const started = now();
   await relay.start();
   await done;

@@ -5,6 +5,8 @@
  * consumers can route and trace without parsing the body.
  */
 import type { CloudEventEnvelope } from '../events/envelope.ts';
+import { StoredEvent } from '../relay/stored-event.ts';
+import type { RelayedEvent } from '../relay/target.ts';
 
 /** The content type of a structured-mode CloudEvent. */
 export const CLOUDEVENTS_CONTENT_TYPE = 'application/cloudevents+json; charset=utf-8';
@@ -43,4 +45,23 @@ export function toWireMessage(envelope: CloudEventEnvelope): WireMessage {
     contentType: CLOUDEVENTS_CONTENT_TYPE,
     headers,
   };
+}
+
+/**
+ * Encodes a relayed event for a broker: from its stored row and envelope text
+ * when the relay read it (no envelope parsed or serialised), else from its
+ * envelope. The same message as `toWireMessage(event.envelope)`.
+ *
+ * @example
+ * const m = wireMessageOf(event); await producer.send(m.id, m.body, m.headers);
+ */
+export function wireMessageOf(event: RelayedEvent): WireMessage {
+  const row = StoredEvent.rowOf(event);
+  if (!row) return toWireMessage(event.envelope);
+  const headers: Record<string, string> = {};
+  if (row.traceparent !== null) headers.traceparent = row.traceparent;
+  if (row.correlation_id !== null) headers.correlationid = row.correlation_id;
+  if (row.causation_id !== null) headers.causationid = row.causation_id;
+  if (row.subject !== null) headers.partitionkey = row.subject;
+  return { id: row.id, type: row.type, key: row.subject, body: Buffer.from(row.body, 'utf8'), contentType: CLOUDEVENTS_CONTENT_TYPE, headers };
 }

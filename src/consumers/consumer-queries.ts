@@ -1,3 +1,4 @@
+import { storedEventColumns } from '../events/envelope-sql.ts';
 import type { NamedQuery } from '../storage/driver.ts';
 import { namedQueries } from '../storage/named.ts';
 
@@ -43,11 +44,10 @@ export function consumerQueries(quotedSchema: string): ConsumerQueries {
        RETURNING (xmax = 0) AS created`,
     ),
     // $1 types, $2 cursor xid, $3 cursor position, $4 after position, $5 limit: events the internal
-    // target already delivered, in position order (a new group's backfill).
+    // target already delivered, in position order, as stored events (a new group's backfill).
     deliveredOfTypes: q(
       'consumer_delivered_of_types',
-      `SELECT o.position::text AS position, o.xid::text AS xid, o.id, o.type, o.version, o.source, o.subject, o.time, o.correlation_id,
-              o.causation_id, o.traceparent, o.headers, o.data
+      `SELECT ${storedEventColumns('o')}
          FROM ${s}.outbox AS o
         WHERE o.type = ANY($1::text[]) AND (o.xid, o.position) <= ($2::xid8, $3::bigint) AND o.position > $4::bigint
         ORDER BY o.position LIMIT $5`,

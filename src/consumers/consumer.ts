@@ -1,7 +1,7 @@
 import { SafeEmitter } from '../observe/safe-emitter.ts';
 import type { Duration } from '../duration.ts';
 import { MailroomError, RetryableError, ValidationError } from '../errors.ts';
-import { fromEnvelope, toEnvelope, type OutboxRow } from '../events/envelope.ts';
+import { fromEnvelope } from '../events/envelope.ts';
 import { registerQueuePolicy } from '../worker/queue-policies.ts';
 import { runInHandlerTx } from '../worker/handler-tx.ts';
 import { runOf } from '../worker/job-run.ts';
@@ -11,6 +11,7 @@ import { isSnooze } from '../snooze.ts';
 import type { Driver, Transaction } from '../storage/driver.ts';
 import type { FanOutQueries } from '../relay/fanout-queries.ts';
 import { fanOut, INTERNAL_TARGET } from '../relay/internal-target.ts';
+import { StoredEvent, type StoredEventRow } from '../relay/stored-event.ts';
 import type { Job, JobContext, JobHandler } from '../worker/types.ts';
 import type { Worker, WorkerEvents, WorkerOptions } from '../worker/worker.ts';
 import type { SafetyWarning } from '../brokers/safety.ts';
@@ -229,8 +230,8 @@ export class Consumer extends SafeEmitter<ConsumerEvents> {
   private async backfill(tx: Transaction, cursorXid: string, cursorPosition: string): Promise<void> {
     let after = '0';
     for (;;) {
-      const { rows } = await tx.query<OutboxRow>(this.deps.queries.deliveredOfTypes.text, [this.resolved.types, cursorXid, cursorPosition, after, BACKFILL_BATCH]);
-      const events = rows.map((row) => ({ position: row.position, xid: row.xid, envelope: toEnvelope(row) }));
+      const { rows } = await tx.query<StoredEventRow>(this.deps.queries.deliveredOfTypes.text, [this.resolved.types, cursorXid, cursorPosition, after, BACKFILL_BATCH]);
+      const events = rows.map((row) => new StoredEvent(row));
       await fanOut(tx, this.deps.fanOut, events, this.group);
       if (rows.length < BACKFILL_BATCH) return;
       after = rows.at(-1)!.position;

@@ -1,5 +1,6 @@
 import type { Queryable } from '../storage/driver.ts';
 import type { FanOutQueries } from './fanout-queries.ts';
+import { storedRowOf } from './stored-event.ts';
 import type { RelayedEvent, RelayTarget } from './target.ts';
 
 /** The internal target's name (its cursor in `relay_cursors`). */
@@ -11,13 +12,14 @@ export const INTERNAL_TARGET = 'internal';
  */
 export async function fanOut(db: Queryable, queries: FanOutQueries, events: readonly RelayedEvent[], group: string | null = null): Promise<number> {
   if (events.length === 0) return 0;
+  const rows = events.map(storedRowOf);
   const { rowCount } = await db.query(queries.fanOut.text, [
-    events.map((e) => e.envelope.id),
-    events.map((e) => e.envelope.type),
-    events.map((e) => e.xid),
-    events.map((e) => e.envelope.subject ?? null),
-    events.map((e) => e.envelope.correlationid ?? null),
-    events.map((e) => JSON.stringify(e.envelope)),
+    rows.map((r) => r.id),
+    rows.map((r) => r.type),
+    rows.map((r) => r.xid),
+    rows.map((r) => r.subject),
+    rows.map((r) => r.correlation_id),
+    rows.map((r) => r.body),
     group,
   ]);
   return rowCount;

@@ -9,7 +9,8 @@
 import type { Driver, Queryable } from '../storage/driver.ts';
 import { planBatch, type BatchPlan, type OutboxPoint, type Runner } from './read-batch.ts';
 import type { RelayQueries } from './relay-queries.ts';
-import { relayedEvent, type RelayedEvent } from './target.ts';
+import { StoredEvent } from './stored-event.ts';
+import type { RelayedEvent } from './target.ts';
 
 /** A batch read ahead of its delivery. */
 export interface ReadBatch {
@@ -48,7 +49,7 @@ export async function readBatch(input: ReadBatchInput): Promise<ReadBatch | null
   const { rows: fenceRows } = await driver.run<{ fence: string }>(queries.fence, []);
   const fence = BigInt(fenceRows[0]!.fence);
   const plan = (db: Runner, from: OutboxPoint) => planBatch(db, queries, from, fence, input.batchSize);
-  const batch = (from: OutboxPoint, planned: BatchPlan): ReadBatch => ({ token: input.token, fence, from, plan: planned, events: planned.rows.map(relayedEvent) });
+  const batch = (from: OutboxPoint, planned: BatchPlan): ReadBatch => ({ token: input.token, fence, from, plan: planned, events: planned.rows.map((row) => new StoredEvent(row)) });
   const from = input.from;
   // Past a batch not yet confirmed: a read needs no lock, and usually one statement.
   if (from !== null) return batch(from, await plan(driver, from));

@@ -1,6 +1,6 @@
-import type { OutboxRow } from '../events/envelope.ts';
 import type { Transaction } from '../storage/driver.ts';
 import type { RelayQueries } from './relay-queries.ts';
+import type { StoredEventRow } from './stored-event.ts';
 
 /** Runs mailroom's named statements: the driver, or a transaction of it. */
 export type Runner = Pick<Transaction, 'run'>;
@@ -12,13 +12,13 @@ export interface OutboxPoint {
 }
 
 /** A row as the relay reads it, with its key's previous row when the publish recorded it. */
-interface CandidateRow extends OutboxRow {
+interface CandidateRow extends StoredEventRow {
   prev_position: string | null;
   prev_xid: string | null;
 }
 
 interface Candidate extends OutboxPoint {
-  row: OutboxRow;
+  row: StoredEventRow;
   /** The same key's previous row (a point at or before the cursor when delivered or none); null when not recorded. */
   prev: OutboxPoint | null;
 }
@@ -26,7 +26,7 @@ interface Candidate extends OutboxPoint {
 /** What one read decided. */
 export interface BatchPlan {
   /** The rows to deliver, in position order (per-key order). */
-  rows: OutboxRow[];
+  rows: StoredEventRow[];
   /** The new cursor: the last delivered row in (xid, position) order. */
   cursor: OutboxPoint | null;
   /** True when a row could not be delivered because an earlier row of its key waits behind the fence. */

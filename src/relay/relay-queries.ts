@@ -1,4 +1,5 @@
 import type { NamedQuery } from '../storage/driver.ts';
+import { storedEventColumns } from '../events/envelope-sql.ts';
 import { namedQueries } from '../storage/named.ts';
 
 /**
@@ -63,13 +64,13 @@ export function relayQueries(quotedSchema: string): RelayQueries {
        RETURNING cursor_xid::text AS cursor_xid, cursor_position::text AS cursor_position`,
     ),
     // $1 cursor xid, $2 cursor position, $3 fence, $4 limit: the next rows past the cursor whose
-    // transactions have all ended, in (xid, position) order, whole (a batch is what the plan keeps of
-    // them), with the same key's previous row (migration 12). Columns are qualified: a bare ORDER BY
-    // xid, position would sort by the text output columns ('104' < '96').
+    // transactions have all ended, in (xid, position) order, as stored events (the envelope's text
+    // built here; a batch is what the plan keeps of them), with the same key's previous row
+    // (migration 12). Columns are qualified: a bare ORDER BY xid, position would sort by the text
+    // output columns ('104' < '96').
     candidates: q(
       'relay_candidates',
-      `SELECT o.position::text AS position, o.xid::text AS xid, o.prev_position::text AS prev_position, o.prev_xid::text AS prev_xid,
-              o.id, o.type, o.version, o.source, o.subject, o.time, o.correlation_id, o.causation_id, o.traceparent, o.headers, o.data
+      `SELECT ${storedEventColumns('o')}, o.prev_position::text AS prev_position, o.prev_xid::text AS prev_xid
          FROM ${s}.outbox AS o
         WHERE (o.xid, o.position) > ($1::xid8, $2::bigint) AND o.xid < $3::xid8
         ORDER BY o.xid, o.position LIMIT $4`,

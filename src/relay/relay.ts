@@ -9,7 +9,8 @@ import type { ResolvedRelayOptions } from './options.ts';
 import { planBatch, type OutboxPoint } from './read-batch.ts';
 import { NO_TRANSACTION, readBatch, type ReadBatch } from './read-ahead.ts';
 import type { RelayQueries } from './relay-queries.ts';
-import { relayedEvent, type RelayTarget } from './target.ts';
+import { StoredEvent } from './stored-event.ts';
+import type { RelayTarget } from './target.ts';
 import { Waker } from '../worker/waker.ts';
 
 /** Events a relay emits. */
@@ -329,7 +330,7 @@ export class Relay extends SafeEmitter<RelayEvents> {
         if (plan.rows.length === 0 || plan.cursor === null) {
           return { kind: 'done', delivered: 0, exhausted: plan.exhausted, blockedBy: plan.blockedBy, fence, cursor };
         }
-        const events = plan.rows.map(relayedEvent);
+        const events = plan.rows.map((row) => new StoredEvent(row));
         await publishTraced(s.target, events, { tx });
         const next = plan.cursor;
         const advanced = await tx.query(this.queries.advance.text, [name, this.id, token, String(next.xid), String(next.position), events.length]);

@@ -1,4 +1,4 @@
-import { toEnvelope, type CloudEventEnvelope, type OutboxRow } from '../events/envelope.ts';
+import type { CloudEventEnvelope } from '../events/envelope.ts';
 import type { SafetyWarning, TargetCheckContext } from '../brokers/safety.ts';
 import type { Queryable } from '../storage/driver.ts';
 
@@ -10,11 +10,12 @@ export interface RelayedEvent {
   readonly xid: string;
   /** The wire form (CloudEvents 1.0 structured JSON). */
   readonly envelope: CloudEventEnvelope;
-}
-
-/** An outbox row as a target gets it. */
-export function relayedEvent(row: OutboxRow): RelayedEvent {
-  return Object.freeze({ position: row.position, xid: row.xid, envelope: toEnvelope(row) });
+  /**
+   * The envelope as JSON text, as the built-in broker targets send it. Set on
+   * every event the relay reads (its envelope is then parsed from this text
+   * on first use); an event made by hand may leave it out.
+   */
+  readonly body?: string;
 }
 
 /** What a target gets with each batch. */

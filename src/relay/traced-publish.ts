@@ -1,4 +1,5 @@
 import { failed, startBatchSpan } from '../observe/tracing.ts';
+import { storedRowOf } from './stored-event.ts';
 import type { RelayContext, RelayedEvent, RelayTarget } from './target.ts';
 
 /**
@@ -10,7 +11,7 @@ export async function publishTraced(target: RelayTarget, events: readonly Relaye
   const span = startBatchSpan(
     `relay ${target.name}`,
     'producer',
-    events.map((e) => e.envelope.traceparent ?? null),
+    events.map((e) => storedRowOf(e).traceparent),
     { 'messaging.system': 'mailroom', 'messaging.destination.name': target.name, 'messaging.batch.message_count': events.length },
   );
   try {

@@ -6,7 +6,7 @@
 import { jetstreamManager, type JetStreamManager } from '@nats-io/jetstream';
 import { headers as natsHeaders, type NatsConnection } from '@nats-io/transport-node';
 import type { SafetyWarning, TargetCheckContext } from '../safety.ts';
-import { toWireMessage, type WireMessage } from '../wire.ts';
+import { wireMessageOf, type WireMessage } from '../wire.ts';
 import type { RelayContext, RelayedEvent, RelayTarget } from '../../relay/target.ts';
 import { targetWarnings } from './check.ts';
 import { closeQuietly, describeServers, openConnection, reason } from './connect.ts';
@@ -47,7 +47,7 @@ export class NatsTarget implements RelayTarget {
   /** Publishes the batch and resolves once every event has its PubAck (`context.tx` is not used). */
   async publish(events: readonly RelayedEvent[], _context?: RelayContext): Promise<void> {
     if (events.length === 0) return;
-    const messages = events.map((e) => toWireMessage(e.envelope));
+    const messages = events.map(wireMessageOf);
     for (const m of messages) {
       if (!isLiteralSubject(m.type)) throw new Error(`nats: event ${m.id} has type ${JSON.stringify(m.type)}, which is not a valid subject token sequence`);
     }
@@ -91,12 +91,13 @@ export class NatsTarget implements RelayTarget {
    */
   async #sendAll(session: Session, messages: readonly WireMessage[], deadline: number, chained: boolean): Promise<PubAckOutcome[]> {
     const sent = messages.map((m, i) => {
+      // A fresh set of distinct names: append, which skips set's search for an earlier value.
       const h = natsHeaders();
-      for (const [name, value] of Object.entries(m.headers)) h.set(name, value);
-      h.set('content-type', m.contentType);
-      h.set('Nats-Msg-Id', m.id);
-      h.set('Nats-Expected-Stream', this.#options.stream);
-      if (chained && i > 0) h.set('Nats-Expected-Last-Msg-Id', messages[i - 1]!.id);
+      for (const name in m.headers) h.append(name, m.headers[name]!);
+      h.append('content-type', m.contentType);
+      h.append('Nats-Msg-Id', m.id);
+      h.append('Nats-Expected-Stream', this.#options.stream);
+      if (chained && i > 0) h.append('Nats-Expected-Last-Msg-Id', messages[i - 1]!.id);
       return session.acks.publish(`${this.#options.subjectPrefix}.${m.type}`, m.body, h);
     });
     const timer = setTimeout(() => session.acks.expire(sent[0]!.number, sent.at(-1)!.number, this.#options.ackTimeoutMs), Math.max(1, deadline - Date.now()));

@@ -4,7 +4,8 @@
  */
 import type { ChannelModel, ConfirmChannel, Message, Options } from 'amqplib';
 import type { SafetyWarning, TargetCheckContext } from '../safety.ts';
-import { toWireMessage } from '../wire.ts';
+import { wireMessageOf } from '../wire.ts';
+import { storedRowOf } from '../../relay/stored-event.ts';
 import type { RelayContext, RelayedEvent, RelayTarget } from '../../relay/target.ts';
 import { checkInconclusive, exchangeMissing, exists, noDeliveryLimit, probeRetryLimit, queueMissing } from './check.ts';
 import { amqpCode, closeQuietly, openConnection, serverText, SETUP_TIMEOUT_MS, withTimeout } from './connection.ts';
@@ -93,13 +94,13 @@ class RabbitMqRelayTarget implements RabbitMqTarget {
   }
 
   private encode(event: RelayedEvent): { id: string; routingKey: string; body: Buffer; properties: Options.Publish } {
-    const { envelope } = event;
-    const wire = toWireMessage(envelope);
-    const routingKey = this.options.routingKey ? this.options.routingKey(envelope) : wire.type;
+    const wire = wireMessageOf(event);
+    const routingKey = this.options.routingKey ? this.options.routingKey(event.envelope) : wire.type;
     if (typeof routingKey !== 'string' || Buffer.byteLength(routingKey, 'utf8') > 255) {
       throw new Error(`rabbitmq: routingKey(envelope) must return a string of at most 255 bytes; for event ${wire.id} it returned ${JSON.stringify(routingKey)}`);
     }
-    const time = Date.parse(envelope.time);
+    const { time: sent, correlation_id: correlationId } = storedRowOf(event);
+    const time = Date.parse(sent);
     const properties: Options.Publish = {
       persistent: true,
       mandatory: true,
@@ -109,7 +110,7 @@ class RabbitMqRelayTarget implements RabbitMqTarget {
       headers: { ...wire.headers },
     };
     if (Number.isFinite(time)) properties.timestamp = Math.floor(time / 1000);
-    if (typeof envelope.correlationid === 'string') properties.correlationId = envelope.correlationid;
+    if (correlationId !== null) properties.correlationId = correlationId;
     return { id: wire.id, routingKey, body: wire.body, properties };
   }
 

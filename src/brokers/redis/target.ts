@@ -9,7 +9,7 @@ import type { Redis } from 'ioredis';
 import { MailroomError } from '../../errors.ts';
 import type { RelayContext, RelayedEvent, RelayTarget } from '../../relay/target.ts';
 import type { SafetyWarning, TargetCheckContext } from '../safety.ts';
-import { toWireMessage } from '../wire.ts';
+import { wireMessageOf } from '../wire.ts';
 import { ADD_SCRIPT, ADD_SCRIPT_SHA, dedupKey, EVENTS_PER_CALL } from './add-script.ts';
 import { dedupWindowWarning, serverWarnings, warningSubject } from './check.ts';
 import { RedisConnection, reason } from './connection.ts';
@@ -72,7 +72,7 @@ class RedisStreamsTarget implements RelayTarget {
       const keys: string[] = previous === null ? [stream] : [stream, previous];
       const args: (string | number | Buffer)[] = [previous === null ? '0' : '1', dedupWindowMs, maxLen ?? ''];
       for (const event of events.slice(start, start + EVENTS_PER_CALL)) {
-        const message = toWireMessage(event.envelope);
+        const message = wireMessageOf(event);
         const key = dedupKey(stream, message.id);
         keys.push(key);
         const fields: (string | Buffer)[] = ['id', message.id, 'type', message.type];
@@ -102,7 +102,7 @@ class RedisStreamsTarget implements RelayTarget {
       // NOSCRIPT (SCRIPT FLUSH) or a lost connection: start afresh on the next publish.
       if (/NOSCRIPT/.test(err.message) || client.status !== 'ready') this.connection.drop();
       const first = runs[failed]!;
-      throw this.failure(events.length, err, first, events[first]!.envelope.id);
+      throw this.failure(events.length, err, first, wireMessageOf(events[first]!).id);
     }
   }
 

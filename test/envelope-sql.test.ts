@@ -1,0 +1,123 @@
+/**
+ * The envelope PostgreSQL builds for the relay (src/events/envelope-sql.ts)
+ * is the document `toEnvelope` builds from the same outbox row, and a stored
+ * event gives targets the same message as one made from its envelope.
+ */
+import { describe, it } from 'node:test';
+import assert from 'node:assert/strict';
+import fc from 'fast-check';
+import { defineEvent, toEnvelope, toWireMessage } from '../src/index.ts';
+import { storedEventColumns } from '../src/events/envelope-sql.ts';
+import type { OutboxRow } from '../src/events/envelope.ts';
+import { wireMessageOf } from '../src/brokers/wire.ts';
+import { StoredEvent, storedRowOf, type StoredEventRow } from '../src/relay/stored-event.ts';
+import { testDatabases, type TestMailroom } from './helpers/databases.ts';
+
+const noted = defineEvent<unknown>('envelope.noted', { version: 3 });
+
+/** Text PostgreSQL stores as is: no NUL, no lone surrogate (publish refuses both). */
+const text = (max: number) =>
+  fc.string({ unit: 'binary', maxLength: max }).filter((s) => !s.includes('\u0000') && !/[\uD800-\uDBFF](?![\uDC00-\uDFFF])|(?<![\uD800-\uDBFF])[\uDC00-\uDFFF]/.test(s));
+const payload = fc.jsonValue({ maxDepth: 3 }).map((v) => JSON.parse(JSON.stringify(v)) as unknown).filter((v) => !JSON.stringify(v).includes('\\u0000'));
+const options = fc.record(
+  {
+    key: text(40).filter((s) => s.length > 0),
+    correlationId: text(40).filter((s) => s.length > 0),
+    causationId: text(40).filter((s) => s.length > 0),
+    headers: fc.dictionary(fc.stringMatching(/^[a-z0-9]{1,20}$/).filter((k) => !['id', 'type', 'data', 'time', 'source', 'subject'].includes(k)), text(60).filter((s) => s.length > 0), { maxKeys: 4 }),
+    traceparent: fc.constant('00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01'),
+    time: fc.date({ min: new Date('1970-01-01T00:00:00Z'), max: new Date('9999-12-31T23:59:59.999Z'), noInvalidDate: true }),
+  },
+  { requiredKeys: [] },
+);
+
+/** Each event of the outbox, as the relay reads it and as `toEnvelope` reads it. */
+async function readBoth(t: TestMailroom): Promise<{ stored: StoredEventRow; row: OutboxRow }[]> {
+  const stored = await t.sql<StoredEventRow>(`SELECT ${storedEventColumns('o')} FROM "${t.schema}".outbox AS o ORDER BY o.position`);
+  const rows = await t.sql<OutboxRow>(
+    `SELECT position::text AS position, xid::text AS xid, id, type, version, source, subject, time, correlation_id, causation_id, traceparent, headers, data
+       FROM "${t.schema}".outbox ORDER BY position`,
+  );
+  assert.equal(stored.length, rows.length);
+  return rows.map((row, i) => ({ stored: stored[i]!, row }));
+}
+
+function assertSame(stored: StoredEventRow, row: OutboxRow): void {
+  const envelope = toEnvelope(row);
+  assert.deepEqual(JSON.parse(stored.body), envelope, `body of event ${row.id}: ${stored.body}`);
+  assert.equal(stored.id, envelope.id);
+  assert.equal(stored.type, envelope.type);
+  assert.equal(stored.subject, envelope.subject ?? null);
+  assert.equal(stored.correlation_id, envelope.correlationid ?? null);
+  assert.equal(stored.causation_id, envelope.causationid ?? null);
+  assert.equal(stored.traceparent, envelope.traceparent ?? null);
+  assert.equal(stored.time, envelope.time);
+  const event = new StoredEvent(stored);
+  const fromStored = wireMessageOf(event);
+  const fromEnvelope = toWireMessage(envelope);
+  assert.deepEqual({ ...fromStored, body: JSON.parse(fromStored.body.toString('utf8')) }, { ...fromEnvelope, body: JSON.parse(fromEnvelope.body.toString('utf8')) });
+}
+
+for (const db of testDatabases()) {
+  describe(`the envelope built in SQL (${db.name})`, () => {
+    it('is the document toEnvelope builds, for any payload and options publish takes', async () => {
+      const t = await db.open();
+      await fc.assert(
+        fc.asyncProperty(payload, options, async (data, o) => {
+          await t.sql(`DELETE FROM "${t.schema}".outbox`);
+          await t.mailroom.publish(noted, data, o);
+          const [both] = await readBoth(t);
+          assertSame(both!.stored, both!.row);
+        }),
+        { numRuns: db.name === 'pglite' ? 60 : 120 },
+      );
+    });
+
+    it('skips reserved header names, keeps microseconds out of time, and keeps data written by older builds', async () => {
+      const t = await db.open();
+      await t.mailroom.publish(noted, { big: 1, text: 'a"b\\c\n\u001f' }, { key: 'k' });
+      await t.mailroom.publish(noted, [1.5, -0, 1e300, 'é😀'], {});
+      // Headers as an older build (or a hand-written row) could have left them, and a time with microseconds.
+      await t.sql(`UPDATE "${t.schema}".outbox SET headers = '{"id":"not-the-id","source":"x","data":"y","zeta":"z","a1":"b"}', time = '2026-01-02 03:04:05.999999+00'`);
+      for (const { stored, row } of await readBoth(t)) {
+        assertSame(stored, row);
+        const body = JSON.parse(stored.body) as Record<string, unknown>;
+        assert.equal(body.id, row.id);
+        assert.equal(body.zeta, 'z');
+        assert.equal(body.time, '2026-01-02T03:04:05.999Z', 'milliseconds, cut as Date#toISOString cuts them');
+      }
+    });
+  });
+}
+
+describe('a stored event', () => {
+  const row: StoredEventRow = {
+    position: '7', xid: '9', id: '01936f8e-1f2a-7000-8000-000000000001', type: 'a.b', subject: 'k1', correlation_id: 'c1', causation_id: null, traceparent: null,
+    time: '2026-01-02T03:04:05.678Z',
+    body: '{"specversion":"1.0","id":"01936f8e-1f2a-7000-8000-000000000001","type":"a.b","subject":"k1","data":{"n": 1}}',
+  };
+
+  it('parses its envelope once, on first use, and shows it as an own property (spread, JSON)', () => {
+    const event = new StoredEvent(row);
+    assert.ok(Object.isFrozen(event));
+    const first = event.envelope;
+    assert.equal(event.envelope, first, 'parsed once');
+    assert.deepEqual(first.data, { n: 1 });
+    assert.deepEqual(Object.keys(event), ['position', 'xid', 'body', 'envelope']);
+    assert.deepEqual({ ...event }.envelope, first);
+    assert.deepEqual(JSON.parse(JSON.stringify(event)).envelope, first);
+    assert.equal(storedRowOf(event), row);
+  });
+
+  it('of an event made by hand is read from its envelope', () => {
+    const envelope = JSON.parse(row.body) as ReturnType<typeof toEnvelope>;
+    const byHand = { position: '7', xid: '9', envelope: { ...envelope, time: row.time, correlationid: 'c1' } };
+    const made = storedRowOf(byHand);
+    assert.equal(made.id, row.id);
+    assert.equal(made.subject, 'k1');
+    assert.equal(made.correlation_id, 'c1');
+    assert.equal(made.causation_id, null);
+    assert.deepEqual(JSON.parse(made.body), byHand.envelope);
+    assert.deepEqual(wireMessageOf(byHand), toWireMessage(byHand.envelope));
+  });
+});
