@@ -58,7 +58,7 @@ export type { IngestedInfo } from './consumers/ingest.ts';
 export { INVALID_MESSAGE_TYPE } from './consumers/decode-message.ts';
 export type { ConsumerSource, SourceMessage, SourceContext, SourceCheckContext } from './brokers/source.ts';
 export type { SafetyWarning, TargetCheckContext } from './brokers/safety.ts';
-export { toWireMessage, CLOUDEVENTS_CONTENT_TYPE } from './brokers/wire.ts';
+export { toWireMessage, wireMessageOf, CLOUDEVENTS_CONTENT_TYPE } from './brokers/wire.ts';
 export type { WireMessage } from './brokers/wire.ts';
 export type { MailroomEvents, MailroomEventName, JobEventRef, EventOrigin } from './observe/lifecycle.ts';
 export type { QueueSettings } from './mailroom.ts';
