@@ -280,6 +280,22 @@ describe('nats target', { skip }, () => {
     }).finally(() => deleteStream(NATS, stream));
   });
 
+  test('a batch sent after an event (context.after, as a pipelined relay sends it) is refused whole unless that event is the stream\'s last, and then goes in behind it', async () => {
+    const stream = `mr-${unique()}`;
+    const target = nats({ url: NATS, stream });
+    await closing([target], async () => {
+      const [first, second, third] = [events(4), events(3), events(2)];
+      await target.publish(events(1), relayContext); // declares the stream
+      await assert.rejects(target.publish(second, { ...relayContext, after: first.at(-1)! }), /nats: publishing event 1 of 3 .* failed/);
+      await target.publish(first, relayContext);
+      await target.publish(second, { ...relayContext, after: first.at(-1)! });
+      await rawPublish(NATS, `${stream}.foreign`, 'not mailroom', 'foreign-1');
+      await assert.rejects(target.publish(third, { ...relayContext, after: second.at(-1)! }), /failed/, 'another publisher came in between');
+      const ids = (await readStream(NATS, stream)).map((m) => m.headers['Nats-Msg-Id']).slice(1);
+      assert.deepEqual(ids, [...first, ...second].map((x) => x.envelope.id).concat('foreign-1'));
+    }).finally(() => deleteStream(NATS, stream));
+  });
+
   test('an event the stream refuses fails the batch, and no later event of it is stored ahead of it', async () => {
     const stream = `mr-${unique()}`;
     await createStream(NATS, stream, { maxMsgSize: 2_000 });

@@ -125,6 +125,19 @@ describe('redis target', { skip }, () => {
     assert.equal(await p.admin.xlen(p.stream), 250);
   });
 
+  test('a batch sent after an event (context.after, as a pipelined relay sends it) adds nothing until that event was added, then goes in behind it', async () => {
+    const p = await pair();
+    const target = p.target();
+    const [first, second] = [events(4), events(3)];
+    await assert.rejects(target.publish(second, { ...relayContext, after: first.at(-1)! }), /MAILROOM_ORDER/);
+    assert.equal(await p.admin.xlen(p.stream), 0, 'nothing added');
+    for (const e of second) assert.equal(await p.admin.exists(dedupKey(p.stream, e.envelope.id)), 0);
+    await target.publish(first, relayContext);
+    await target.publish(second, { ...relayContext, after: first.at(-1)! });
+    const entries = await p.admin.xrange(p.stream, '-', '+');
+    assert.deepEqual(entries.map(([, f]) => fieldsOf(f).id), [...idsOf(first), ...idsOf(second)]);
+  });
+
   test("the target's guard refuses a republished event id within the dedup window", async () => {
     const p = await pair();
     const target = p.target();

@@ -9,7 +9,7 @@ import { describe, it } from 'node:test';
 import { rowsRead } from './helpers/rows-read.ts';
 import assert from 'node:assert/strict';
 import pg from 'pg';
-import { defineEvent, handleEvent, type CloudEventEnvelope, type RelayEvents, type RelayTarget } from '../src/index.ts';
+import { defineEvent, handleEvent, type CloudEventEnvelope, type RelayedEvent, type RelayEvents, type RelayTarget } from '../src/index.ts';
 import { newId } from '../src/ids.ts';
 import { databaseUrl, testDatabases, type TestMailroom } from './helpers/databases.ts';
 import { eventually } from './helpers/events.ts';
@@ -281,6 +281,60 @@ for (const db of testDatabases()) {
       await flushUntil(relayA, 1, 'shared');
       assert.deepEqual(a.ns(), [1, 3]);
       await relayA.stop();
+    });
+
+    it('a pipelined target: the next batch goes out before this one is confirmed, conditional on its last event; a refused or failed send is sent again without the condition, nothing skipped or reordered', async () => {
+      const t = await db.open();
+      for (let n = 1; n <= 23; n++) await craft(t, n, String(100 + n), `k${n % 3}`);
+      // A broker with JetStream's rules: a send conditional on `after` stores nothing unless `after` is the
+      // stream's last entry; an event already stored is not stored again (its id deduplicates).
+      const stream: (number | 'foreign')[] = [];
+      const calls: { ns: number[]; after: number | null; pending: number; earlierStored: boolean }[] = [];
+      let pending = 0;
+      let wakeWaiting: (() => void) | null = null;
+      let failCall = 6;
+      const nOf = (e: RelayedEvent) => (e.envelope.data as { n: number }).n;
+      const target: RelayTarget = {
+        name: 'piped',
+        readAhead: true,
+        pipelined: true,
+        async publish(events, context) {
+          const ns = events.map(nOf);
+          const after = context.after === undefined ? null : nOf(context.after);
+          const earlierStored = Array.from({ length: ns[0]! - 1 }, (_, i) => i + 1).every((n) => stream.includes(n));
+          calls.push({ ns, after, pending, earlierStored });
+          wakeWaiting?.();
+          pending++;
+          try {
+            // Confirms come when the next send arrives (or after 150 ms): the relay may send ahead, never has to.
+            await new Promise<void>((resolve) => {
+              const timer = setTimeout(resolve, 150);
+              wakeWaiting = () => (clearTimeout(timer), resolve());
+            });
+            if (calls.length === failCall) throw new Error('broker hiccup');
+            if (calls.length === 3) stream.push('foreign'); // another publisher writes into the stream
+            if (after !== null && stream.at(-1) !== after) throw new Error('wrong last message id');
+            for (const n of ns) if (!stream.includes(n)) stream.push(n);
+          } finally {
+            pending--;
+          }
+        },
+      };
+      const relay = t.mailroom.relay({ internal: false, to: [target], batchSize: 5 });
+      await assert.rejects(relay.flush(), /broker hiccup/);
+      failCall = 0;
+      await relay.flush();
+      await relay.stop();
+      assert.deepEqual(stream.filter((n) => n !== 'foreign'), Array.from({ length: 23 }, (_, i) => i + 1), 'each event once, in order');
+      assert.ok(calls.some((c) => c.after !== null && c.pending > 0), `a batch went out while the one before it waited for its confirm: ${JSON.stringify(calls)}`);
+      for (const c of calls) {
+        if (c.after === null) assert.ok(c.earlierStored, `an unconditional send only once every event before it is stored: ${JSON.stringify(calls)}`);
+        else assert.equal(c.after, c.ns[0]! - 1, 'conditional on the event just before it');
+      }
+      // The second batch went out conditional on 5, the other publisher's entry came first: refused, then sent again.
+      const refused = calls.findIndex((c) => c.ns[0] === 6 && c.after === 5);
+      assert.ok(refused >= 0 && calls.slice(refused + 1).some((c) => c.ns[0] === 6 && c.after === null), `the refused batch was sent again without the condition: ${JSON.stringify(calls)}`);
+      assert.equal((await t.mailroom.stats()).relay.piped?.unpublished, 0);
     });
 
     it('a read-ahead target whose lease is taken during its publish: the cursor stays, the batch read ahead is dropped unpublished', async () => {

@@ -10,7 +10,7 @@ import { planBatch, type OutboxPoint } from './read-batch.ts';
 import { NO_TRANSACTION, readBatch, type ReadBatch } from './read-ahead.ts';
 import type { RelayQueries } from './relay-queries.ts';
 import { StoredEvent } from './stored-event.ts';
-import type { RelayTarget } from './target.ts';
+import type { RelayedEvent, RelayTarget } from './target.ts';
 import { Waker } from '../worker/waker.ts';
 
 /** Events a relay emits. */
@@ -48,8 +48,14 @@ interface TargetState {
   waker: Waker;
   heldBackSince: number | null;
   lastHeldBackReport: number;
-  /** A read-ahead target's next batch, read while the last one was being confirmed. */
-  ahead: Promise<ReadBatch | null> | null;
+  /** A read-ahead target's next batch, read (and for a pipelined target sent) while the last one was being confirmed. */
+  ahead: Promise<Ahead | null> | null;
+}
+
+/** A batch read ahead; `sent` settles with true when a pipelined target's conditional send of it was confirmed. */
+interface Ahead {
+  batch: ReadBatch;
+  sent: Promise<boolean> | null;
 }
 
 type Round =
@@ -350,9 +356,10 @@ export class Relay extends SafeEmitter<RelayEvents> {
 
   /**
    * One batch for a read-ahead target: the batch read during the previous
-   * round's confirm (or read now), published; the next one read meanwhile;
-   * then the cursor's fenced advance. A failed publish or a lost lease drops
-   * the batch read ahead: the next round reads again from the cursor.
+   * round's confirm (or read now), published; the next one read meanwhile
+   * (and, for a pipelined target, sent at once, conditional on this one's last
+   * event); then the cursor's fenced advance. A failed publish or a lost lease
+   * drops the batch read ahead: the next round reads again from the cursor.
    */
   private async readAheadRound(s: TargetState): Promise<Round> {
     const token = s.token;
@@ -360,17 +367,25 @@ export class Relay extends SafeEmitter<RelayEvents> {
     const name = s.target.name;
     const read = (from: OutboxPoint | null) =>
       readBatch({ driver: this.driver, queries: this.queries, target: name, holder: this.id, token, leaseMs: this.options.leaseMs, batchSize: this.options.batchSize, from });
-    let batch = s.ahead === null ? null : await s.ahead.catch((error: unknown) => (this.report(error), null));
+    const ahead = s.ahead === null ? null : await s.ahead.catch((error: unknown) => (this.report(error), null));
     s.ahead = null;
-    if (batch === null || batch.token !== token) batch = await read(null);
+    let batch = ahead?.batch ?? null;
+    let sent = ahead?.sent ?? null;
+    if (batch === null || batch.token !== token) {
+      await sent;
+      sent = null;
+      batch = await read(null);
+    }
     if (batch === null) return { kind: 'lost' };
     const { plan, fence, events } = batch;
     if (events.length === 0 || plan.cursor === null) {
       return { kind: 'done', delivered: 0, exhausted: plan.exhausted, blockedBy: plan.blockedBy, fence, cursor: batch.from };
     }
     const next = plan.cursor;
-    const publishing = publishTraced(s.target, events, { tx: NO_TRANSACTION });
-    if (!plan.exhausted && plan.blockedBy === null) s.ahead = read(next);
+    // The batch before this one is confirmed: send this one as it is unless its conditional send was confirmed.
+    const publishAgain = () => publishTraced(s.target, events, { tx: NO_TRANSACTION });
+    const publishing = sent === null ? publishAgain() : sent.then((confirmed) => (confirmed ? undefined : publishAgain()));
+    if (!plan.exhausted && plan.blockedBy === null) s.ahead = this.readNext(s, read(next), events.at(-1)!);
     try {
       await publishing;
     } catch (error) {
@@ -386,10 +401,30 @@ export class Relay extends SafeEmitter<RelayEvents> {
     return { kind: 'done', delivered: events.length, exhausted: plan.exhausted, blockedBy: plan.blockedBy, fence, cursor: next };
   }
 
+  /**
+   * The next batch, read; a pipelined target sends it as soon as it is read,
+   * conditional on `after` (this batch's last event), so that the broker
+   * confirms both batches in one wait. A send refused (the condition failed,
+   * or anything else) is sent again by its own round, once this batch is confirmed.
+   */
+  private readNext(s: TargetState, reading: Promise<ReadBatch | null>, after: RelayedEvent): Promise<Ahead | null> {
+    return reading.then((batch) => {
+      if (batch === null) return null;
+      if (s.target.pipelined !== true || batch.events.length === 0 || batch.plan.cursor === null) return { batch, sent: null };
+      const sent = publishTraced(s.target, batch.events, { tx: NO_TRANSACTION, after }).then(
+        () => true,
+        () => false,
+      );
+      return { batch, sent };
+    });
+  }
+
+  /** Forgets the batch read ahead, once its read and any conditional send of it have settled. */
   private async dropReadAhead(s: TargetState): Promise<void> {
     const ahead = s.ahead;
     s.ahead = null;
-    await ahead?.catch(() => null);
+    const dropped = await ahead?.catch(() => null);
+    await dropped?.sent;
   }
 
   /**

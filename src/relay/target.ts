@@ -28,6 +28,16 @@ export interface RelayContext {
    * a crash in between publishes again: consumers deduplicate on the event id).
    */
   readonly tx: Queryable;
+  /**
+   * Set only for a `pipelined` target, when the relay sends this batch before
+   * the batch before it is confirmed: that batch's last event. The target must
+   * then store the batch's first event only if `after` is already stored (a
+   * JetStream `Nats-Expected-Last-Msg-Id` of `after`, a Redis run that needs
+   * `after`'s dedup key), each later event only if the one before it is, and
+   * reject rather than fall back to anything weaker: the relay then publishes
+   * the batch again, without `after`, once the batch before it is confirmed.
+   */
+  readonly after?: RelayedEvent;
 }
 
 /**
@@ -47,6 +57,13 @@ export interface RelayTarget {
    * cursor by its own fenced statement after the confirm. Default false.
    */
   readonly readAhead?: boolean;
+  /**
+   * True for a `readAhead` target that can make a batch conditional on the
+   * one before it (see {@link RelayContext.after}): the relay then sends batch
+   * k+1 as soon as it is read, while the broker still confirms batch k, instead
+   * of waiting for that confirm. Default false.
+   */
+  readonly pipelined?: boolean;
   publish(events: readonly RelayedEvent[], context: RelayContext): Promise<void>;
   /** Broker settings that break a guarantee; the relay logs them at start (`warning` event), `mailroom doctor` prints them. */
   check?(context: TargetCheckContext): Promise<SafetyWarning[]>;

@@ -7,6 +7,7 @@ import { jetstreamManager, type JetStreamManager } from '@nats-io/jetstream';
 import { headers as natsHeaders, type NatsConnection } from '@nats-io/transport-node';
 import type { SafetyWarning, TargetCheckContext } from '../safety.ts';
 import { wireMessageOf, type WireMessage } from '../wire.ts';
+import { storedRowOf } from '../../relay/stored-event.ts';
 import type { RelayContext, RelayedEvent, RelayTarget } from '../../relay/target.ts';
 import { targetWarnings } from './check.ts';
 import { closeQuietly, describeServers, openConnection, reason } from './connect.ts';
@@ -28,6 +29,8 @@ export class NatsTarget implements RelayTarget {
   readonly name: string;
   /** Publishes without the relay's transaction: the relay reads the next batch while this one is confirmed. */
   readonly readAhead = true;
+  /** The next batch goes out before this one's PubAcks, its first event expecting this one's last as the stream's last. */
+  readonly pipelined = true;
   readonly #options: ResolvedNatsTargetOptions;
   #session: Session | null = null;
   #connecting: Promise<Session> | null = null;
@@ -44,8 +47,13 @@ export class NatsTarget implements RelayTarget {
     return `nats ${describeServers(this.#options.servers)} stream ${this.#options.stream}`;
   }
 
-  /** Publishes the batch and resolves once every event has its PubAck (`context.tx` is not used). */
-  async publish(events: readonly RelayedEvent[], _context?: RelayContext): Promise<void> {
+  /**
+   * Publishes the batch and resolves once every event has its PubAck
+   * (`context.tx` is not used). With `context.after`, the first event expects
+   * that event as the stream's last message, and any refusal rejects the
+   * whole batch (the relay sends it again once the batch before is confirmed).
+   */
+  async publish(events: readonly RelayedEvent[], context?: RelayContext): Promise<void> {
     if (events.length === 0) return;
     const messages = events.map(wireMessageOf);
     for (const m of messages) {
@@ -54,7 +62,8 @@ export class NatsTarget implements RelayTarget {
     const session = await this.#connected();
     const deadline = Date.now() + this.#options.ackTimeoutMs;
     try {
-      await this.#publishChained(session, messages, deadline);
+      if (context?.after === undefined) await this.#publishChained(session, messages, deadline);
+      else await this.#publishAfter(session, messages, deadline, storedRowOf(context.after).id);
     } catch (error) {
       // A stalled or broken connection is replaced on the next publish.
       if (session.nc.isClosed() || isTimeout(error)) this.#drop(session);
@@ -84,12 +93,21 @@ export class NatsTarget implements RelayTarget {
     }
   }
 
+  /** The batch chained to `afterId` (the event before it, maybe not yet stored): all stored, or a rejection. */
+  async #publishAfter(session: Session, messages: readonly WireMessage[], deadline: number, afterId: string): Promise<void> {
+    const outcomes = await this.#sendAll(session, messages, deadline, true, afterId);
+    const first = outcomes.findIndex((o) => !o.ok);
+    if (first === -1) return;
+    throw this.#publishError(messages[first]!, (outcomes[first] as { ok: false; error: unknown }).error, first, messages.length);
+  }
+
   /**
    * Publishes the messages back to back and waits for every PubAck, or for
    * the deadline. `chained`: each message after the first expects the one
-   * before it as the stream's last message id.
+   * before it as the stream's last message id, and the first expects
+   * `expectFirst` when given.
    */
-  async #sendAll(session: Session, messages: readonly WireMessage[], deadline: number, chained: boolean): Promise<PubAckOutcome[]> {
+  async #sendAll(session: Session, messages: readonly WireMessage[], deadline: number, chained: boolean, expectFirst: string | null = null): Promise<PubAckOutcome[]> {
     const sent = messages.map((m, i) => {
       // A fresh set of distinct names: append, which skips set's search for an earlier value.
       const h = natsHeaders();
@@ -97,7 +115,8 @@ export class NatsTarget implements RelayTarget {
       h.append('content-type', m.contentType);
       h.append('Nats-Msg-Id', m.id);
       h.append('Nats-Expected-Stream', this.#options.stream);
-      if (chained && i > 0) h.append('Nats-Expected-Last-Msg-Id', messages[i - 1]!.id);
+      const before = i > 0 ? messages[i - 1]!.id : expectFirst;
+      if (chained && before !== null) h.append('Nats-Expected-Last-Msg-Id', before);
       return session.acks.publish(`${this.#options.subjectPrefix}.${m.type}`, m.body, h);
     });
     const timer = setTimeout(() => session.acks.expire(sent[0]!.number, sent.at(-1)!.number, this.#options.ackTimeoutMs), Math.max(1, deadline - Date.now()));

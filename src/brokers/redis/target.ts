@@ -10,6 +10,7 @@ import { MailroomError } from '../../errors.ts';
 import type { RelayContext, RelayedEvent, RelayTarget } from '../../relay/target.ts';
 import type { SafetyWarning, TargetCheckContext } from '../safety.ts';
 import { wireMessageOf } from '../wire.ts';
+import { storedRowOf } from '../../relay/stored-event.ts';
 import { ADD_SCRIPT, ADD_SCRIPT_SHA, dedupKey, EVENTS_PER_CALL } from './add-script.ts';
 import { dedupWindowWarning, serverWarnings, warningSubject } from './check.ts';
 import { RedisConnection, reason } from './connection.ts';
@@ -31,6 +32,8 @@ class RedisStreamsTarget implements RelayTarget {
   readonly name: string;
   /** Publishes without the relay's transaction: the relay reads the next batch while this one is confirmed. */
   readonly readAhead = true;
+  /** The next batch goes out before this one's replies, its first run needing this one's last event added. */
+  readonly pipelined = true;
   private readonly connection: RedisConnection;
 
   constructor(private readonly options: ResolvedTargetOptions) {
@@ -38,7 +41,13 @@ class RedisStreamsTarget implements RelayTarget {
     this.connection = new RedisConnection(options.url, 'target', loadScript);
   }
 
-  async publish(events: readonly RelayedEvent[], _context: RelayContext): Promise<void> {
+  /**
+   * Adds the batch and resolves when every reply is in. With `context.after`,
+   * the first run adds nothing unless that event was added (its dedup key is
+   * there), so a batch sent before the one ahead of it is confirmed cannot
+   * overtake it.
+   */
+  async publish(events: readonly RelayedEvent[], context: RelayContext): Promise<void> {
     if (events.length === 0) return;
     const { ackTimeoutMs } = this.options;
     let timer: NodeJS.Timeout | undefined;
@@ -55,17 +64,17 @@ class RedisStreamsTarget implements RelayTarget {
       }, ackTimeoutMs);
     });
     try {
-      await Promise.race([this.send(events), timeout]);
+      await Promise.race([this.send(events, context?.after), timeout]);
     } finally {
       clearTimeout(timer);
     }
   }
 
-  private async send(events: readonly RelayedEvent[]): Promise<void> {
+  private async send(events: readonly RelayedEvent[], after: RelayedEvent | undefined): Promise<void> {
     const { stream, dedupWindowMs, maxLen } = this.options;
     const client = await this.connection.get();
     const pipeline = client.pipeline();
-    let previous: string | null = null;
+    let previous: string | null = after === undefined ? null : dedupKey(stream, storedRowOf(after).id);
     const runs: number[] = []; // index of each run's first event
     for (let start = 0; start < events.length; start += EVENTS_PER_CALL) {
       runs.push(start);
