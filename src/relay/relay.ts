@@ -69,6 +69,8 @@ const HELD_BACK_RECHECK_MS = 50;
 const PRUNE_BATCH = 1000;
 const MAX_PRUNE_BATCHES = 100;
 const MAX_ERROR_BACKOFF_MS = 5_000;
+/** Rounds in a row that found events deliverable yet delivered none: past this, a relay stops and says so instead of spinning. */
+const MAX_EMPTY_AGAIN = 100;
 
 /**
  * How late, with a relay running, an event whose broker confirm was lost can
@@ -211,6 +213,7 @@ export class Relay extends SafeEmitter<RelayEvents> {
         entry.leased = false;
         continue;
       }
+      let emptyAgain = 0;
       for (;;) {
         const round = await this.serialized(s, () => this.round(s));
         if (round.kind === 'lost') {
@@ -222,7 +225,16 @@ export class Relay extends SafeEmitter<RelayEvents> {
         entry.delivered += round.delivered;
         if (round.exhausted || round.blockedBy !== null) {
           const after = await this.afterRound(s, round);
-          if (after === 'again') continue;
+          if (after === 'again') {
+            emptyAgain = round.delivered > 0 ? 0 : emptyAgain + 1;
+            if (emptyAgain < MAX_EMPTY_AGAIN) {
+              await yieldToTimers();
+              continue;
+            }
+            this.report(this.noProgress(s));
+            entry.heldBack = true;
+            break;
+          }
           entry.heldBack = after === 'held-back';
           break;
         }
@@ -254,6 +266,7 @@ export class Relay extends SafeEmitter<RelayEvents> {
   private async loop(s: TargetState): Promise<void> {
     let errorDelay = 0;
     let heldDelay = 0;
+    let emptyAgain = 0;
     while (this.state === 'running') {
       try {
         if (s.token === null) {
@@ -272,7 +285,14 @@ export class Relay extends SafeEmitter<RelayEvents> {
         }
         if (!round.exhausted && round.blockedBy === null) continue; // more is waiting
         const after = await this.afterRound(s, round);
-        if (after === 'again') continue;
+        if (after === 'again') {
+          emptyAgain = round.delivered > 0 ? 0 : emptyAgain + 1;
+          if (emptyAgain < MAX_EMPTY_AGAIN) continue;
+          emptyAgain = 0;
+          this.report(this.noProgress(s));
+          await this.sleep(s, this.options.pollMs);
+          continue;
+        }
         // The end of the transaction that holds the fence sends no NOTIFY: look again soon, backing off to the poll.
         heldDelay = after === 'held-back' ? Math.min(this.options.pollMs, heldDelay === 0 ? HELD_BACK_RECHECK_MS : heldDelay * 2) : 0;
         await this.sleep(s, heldDelay || this.options.pollMs);
@@ -468,6 +488,13 @@ export class Relay extends SafeEmitter<RelayEvents> {
       .finally(() => (this.pruning = undefined));
   }
 
+  private noProgress(s: TargetState): MailroomError {
+    return new MailroomError(
+      `relay ${this.id}: target ${s.target.name} found events deliverable ${MAX_EMPTY_AGAIN} times in a row and delivered none; ` +
+        'it waits for its next poll instead of looking again at once. This is a mailroom bug: please report it with the output of `mailroom status`',
+    );
+  }
+
   private poke(s: TargetState): void {
     s.waker.poke();
   }
@@ -480,4 +507,9 @@ export class Relay extends SafeEmitter<RelayEvents> {
     if (this.listenerCount('error') > 0) this.emit('error', error);
     else console.error(`[mailroom] relay ${this.id}:`, error instanceof Error ? error.message : error);
   }
+}
+
+/** Lets timers and I/O callbacks run between rounds (an in-process database such as PGlite answers without them). */
+function yieldToTimers(): Promise<void> {
+  return new Promise((resolve) => setImmediate(resolve));
 }
