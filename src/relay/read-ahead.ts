@@ -46,13 +46,14 @@ export interface ReadBatchInput {
  */
 export async function readBatch(input: ReadBatchInput): Promise<ReadBatch | null> {
   const { driver, queries } = input;
+  const batch = (from: OutboxPoint, planned: BatchPlan): ReadBatch => ({ token: input.token, fence: planned.fence, from, plan: planned, events: planned.rows.map((row) => new StoredEvent(row)) });
+  const from = input.from;
+  // Past a batch not yet confirmed: a read needs no lock, and usually one statement (which reads the fence too).
+  if (from !== null) return batch(from, await planBatch(driver, queries, from, null, input.batchSize));
+  // From the cursor: the fence is read before the transaction takes its lock (and so an xid of its own).
   const { rows: fenceRows } = await driver.run<{ fence: string }>(queries.fence, []);
   const fence = BigInt(fenceRows[0]!.fence);
   const plan = (db: Runner, from: OutboxPoint) => planBatch(db, queries, from, fence, input.batchSize);
-  const batch = (from: OutboxPoint, planned: BatchPlan): ReadBatch => ({ token: input.token, fence, from, plan: planned, events: planned.rows.map((row) => new StoredEvent(row)) });
-  const from = input.from;
-  // Past a batch not yet confirmed: a read needs no lock, and usually one statement.
-  if (from !== null) return batch(from, await plan(driver, from));
   return driver.transaction(async (tx) => {
     const begun = await tx.query<{ cursor_xid: string; cursor_position: string }>(queries.beginRound.text, [input.target, input.holder, input.token, input.leaseMs]);
     const row = begun.rows[0];

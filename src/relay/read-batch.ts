@@ -17,6 +17,9 @@ interface CandidateRow extends StoredEventRow {
   prev_xid: string | null;
 }
 
+/** What the candidates statement returns: the fence on every row, and with no row past the cursor one row of nulls. */
+type CandidatesRow = { fence: string } & (CandidateRow | { [column in keyof CandidateRow]: null });
+
 interface Candidate extends OutboxPoint {
   row: StoredEventRow;
   /** The same key's previous row (a point at or before the cursor when delivered or none); null when not recorded. */
@@ -25,6 +28,8 @@ interface Candidate extends OutboxPoint {
 
 /** What one read decided. */
 export interface BatchPlan {
+  /** The fence the batch was read below (given, or read by its first statement). */
+  fence: bigint;
   /** The rows to deliver, in position order (per-key order). */
   rows: StoredEventRow[];
   /** The new cursor: the last delivered row in (xid, position) order. */
@@ -72,7 +77,8 @@ function candidate(row: CandidateRow): Candidate {
  * row that names none (published under REPEATABLE READ or SERIALIZABLE, or
  * before migration 12) are walked down in the database instead.
  */
-export async function planBatch(db: Runner, queries: RelayQueries, cursor: OutboxPoint, fence: bigint, batchSize: number): Promise<BatchPlan> {
+export async function planBatch(db: Runner, queries: RelayQueries, cursor: OutboxPoint, fenceGiven: bigint | null, batchSize: number): Promise<BatchPlan> {
+  let fence = fenceGiven ?? -1n; // read by the first statement when not given
   const scanned: Candidate[] = [];
   let lastClosed = -1; // index of the last row at which a batch may end
   let need: OutboxPoint = cursor; // the furthest predecessor required by the rows scanned so far
@@ -93,8 +99,9 @@ export async function planBatch(db: Runner, queries: RelayQueries, cursor: Outbo
     return true;
   };
   for (;;) {
-    const { rows } = await db.run<CandidateRow>(queries.candidates, [String(from.xid), String(from.position), String(fence), batchSize]);
-    const chunk = rows.map(candidate);
+    const { rows } = await db.run<CandidatesRow>(queries.candidates, [String(from.xid), String(from.position), fence < 0n ? null : String(fence), batchSize]);
+    fence = BigInt(rows[0]!.fence);
+    const chunk = rows.flatMap((row) => (row.position === null ? [] : [candidate(row as CandidateRow)]));
     if (chunk.length < batchSize) exhausted = true;
     for (const c of chunk) if (c.row.subject !== null && (top.get(c.row.subject) ?? -1n) < c.position) top.set(c.row.subject, c.position);
     const walkKeys = new Map<string, bigint>();
@@ -125,6 +132,7 @@ export async function planBatch(db: Runner, queries: RelayQueries, cursor: Outbo
   const end = batch.at(-1); // the cursor: the last in (xid, position) order, before sorting by position
   const next = end ? { xid: end.xid, position: end.position } : null;
   return {
+    fence,
     rows: batch.sort((a, b) => (a.position < b.position ? -1 : a.position > b.position ? 1 : 0)).map((c) => c.row),
     cursor: next,
     blocked,

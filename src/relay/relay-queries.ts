@@ -63,17 +63,23 @@ export function relayQueries(quotedSchema: string): RelayQueries {
         WHERE target = $1 AND holder = $2 AND token = $3::bigint
        RETURNING cursor_xid::text AS cursor_xid, cursor_position::text AS cursor_position`,
     ),
-    // $1 cursor xid, $2 cursor position, $3 fence, $4 limit: the next rows past the cursor whose
-    // transactions have all ended, in (xid, position) order, as stored events (the envelope's text
-    // built here; a batch is what the plan keeps of them), with the same key's previous row
-    // (migration 12). Columns are qualified: a bare ORDER BY xid, position would sort by the text
-    // output columns ('104' < '96').
+    // $1 cursor xid, $2 cursor position, $3 fence (null: read it now, in this statement), $4 limit:
+    // the next rows past the cursor whose transactions have all ended, in (xid, position) order, as
+    // stored events (the envelope's text built here; a batch is what the plan keeps of them), with the
+    // same key's previous row (migration 12). Every row carries the fence; with no row past the
+    // cursor, one row of nulls carries it. Columns are qualified: a bare ORDER BY xid, position would
+    // sort by the text output columns ('104' < '96').
     candidates: q(
       'relay_candidates',
-      `SELECT ${storedEventColumns('o')}, o.prev_position::text AS prev_position, o.prev_xid::text AS prev_xid
-         FROM ${s}.outbox AS o
-        WHERE (o.xid, o.position) > ($1::xid8, $2::bigint) AND o.xid < $3::xid8
-        ORDER BY o.xid, o.position LIMIT $4`,
+      `SELECT f.fence::text AS fence, c.*
+         FROM (SELECT COALESCE($3::xid8, pg_snapshot_xmin(pg_current_snapshot())) AS fence) AS f
+         LEFT JOIN LATERAL (
+           SELECT ${storedEventColumns('o')}, o.prev_position::text AS prev_position, o.prev_xid::text AS prev_xid,
+                  o.xid AS order_xid, o.position AS order_position
+             FROM ${s}.outbox AS o
+            WHERE (o.xid, o.position) > ($1::xid8, $2::bigint) AND o.xid < f.fence
+            ORDER BY o.xid, o.position LIMIT $4) AS c ON true
+        ORDER BY c.order_xid, c.order_position`,
     ),
     // $1 keys, $2 the highest position of each key in the rows read so far, $3 cursor xid,
     // $4 cursor position. For keys whose rows do not name their previous row (written under
