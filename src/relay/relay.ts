@@ -293,6 +293,7 @@ export class Relay extends SafeEmitter<RelayEvents> {
           await this.sleep(s, this.options.pollMs);
           continue;
         }
+        emptyAgain = 0;
         // The end of the transaction that holds the fence sends no NOTIFY: look again soon, backing off to the poll.
         heldDelay = after === 'held-back' ? Math.min(this.options.pollMs, heldDelay === 0 ? HELD_BACK_RECHECK_MS : heldDelay * 2) : 0;
         await this.sleep(s, heldDelay || this.options.pollMs);
