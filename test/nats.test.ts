@@ -296,6 +296,23 @@ describe('nats target', { skip }, () => {
     }).finally(() => deleteStream(NATS, stream));
   });
 
+  test('a key or correlation id with a line break: the event goes out without that header (the body keeps it), and the batch is not stuck', async () => {
+    const stream = `mr-${unique()}`;
+    const target = nats({ url: NATS, stream });
+    await closing([target], async () => {
+      const batch = events(3);
+      const odd = { ...batch[1]!, envelope: { ...batch[1]!.envelope, subject: 'order\r\n7', partitionkey: 'order\r\n7', correlationid: 'req\n7' } };
+      await target.publish([batch[0]!, odd, batch[2]!], relayContext);
+      const stored = await readStream(NATS, stream);
+      assert.deepEqual(stored.map((m) => m.headers['Nats-Msg-Id']), batch.map((e) => e.envelope.id));
+      assert.equal(stored[1]!.headers['partitionkey'], undefined);
+      assert.equal(stored[1]!.headers['correlationid'], undefined);
+      assert.equal(stored[1]!.headers['causationid'], 'cause-1', 'the other headers still travel');
+      const body = JSON.parse(stored[1]!.body) as { subject: string; correlationid: string };
+      assert.deepEqual([body.subject, body.correlationid], ['order\r\n7', 'req\n7']);
+    }).finally(() => deleteStream(NATS, stream));
+  });
+
   test('an event the stream refuses fails the batch, and no later event of it is stored ahead of it', async () => {
     const stream = `mr-${unique()}`;
     await createStream(NATS, stream, { maxMsgSize: 2_000 });

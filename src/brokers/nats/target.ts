@@ -15,6 +15,9 @@ import { isLiteralSubject, resolveTargetOptions, type NatsTargetOptions, type Re
 import { ensureStream, MIN_DUPLICATE_WINDOW_MS, streamInfoOrNull } from './stream.ts';
 import { NoStreamError, PubAckError, PubAckInbox, type PubAckOutcome } from './pub-acks.ts';
 
+/** What a NATS header value cannot hold. */
+const LINE_BREAK = /[\r\n]/;
+
 /** The server's error code for a failed `Nats-Expected-Last-Msg-Id` check. */
 const WRONG_LAST_MSG_ID = 10070;
 
@@ -109,9 +112,14 @@ export class NatsTarget implements RelayTarget {
    */
   async #sendAll(session: Session, messages: readonly WireMessage[], deadline: number, chained: boolean, expectFirst: string | null = null): Promise<PubAckOutcome[]> {
     const sent = messages.map((m, i) => {
-      // A fresh set of distinct names: append, which skips set's search for an earlier value.
+      // A fresh set of distinct names: append, which skips set's search for an earlier value. A value
+      // with a line break cannot travel as a NATS header (the client refuses it, so the batch could
+      // never go out): it is left out, and the body carries it.
       const h = natsHeaders();
-      for (const name in m.headers) h.append(name, m.headers[name]!);
+      for (const name in m.headers) {
+        const value = m.headers[name]!;
+        if (!LINE_BREAK.test(value)) h.append(name, value);
+      }
       h.append('content-type', m.contentType);
       h.append('Nats-Msg-Id', m.id);
       h.append('Nats-Expected-Stream', this.#options.stream);
