@@ -385,7 +385,7 @@ export class Mailroom extends SafeEmitter<MailroomEvents> {
    */
   relay(options: RelayOptions = {}): Relay {
     const resolved = resolveRelayOptions(options, internalTarget(this.fanOutQueries));
-    const relay = new Relay(this.driver, this.relayQueries, this.outboxQueries, `${this.schema}_outbox`, resolved);
+    const relay = new Relay(this.driver, this.relayQueries, this.outboxQueries, `${this.schema}_outbox`, resolved, this.maxPayloadBytes);
     forwardRelay(relay, this, this.forwarding);
     this.relays.add(relay);
     return relay;

@@ -284,7 +284,7 @@ describe('mailroom command line', () => {
       }
     });
 
-    test("config: the relay's lease sets the duplicate window a NATS target needs; a consumer's source is checked for its group", { skip: natsUrl ? false : 'NATS_URL is not set' }, async () => {
+    test("config: the relay's lease sets the duplicate window a NATS target needs, maxPayloadBytes the message size it must take; a consumer's source is checked for its group", { skip: natsUrl ? false : 'NATS_URL is not set' }, async () => {
       const { connect } = await import('@nats-io/transport-node');
       const { AckPolicy, jetstreamManager } = await import('@nats-io/jetstream');
       const nc = await connect({ servers: natsUrl! });
@@ -295,10 +295,11 @@ describe('mailroom command line', () => {
         await jsm.streams.add({ name: stream, subjects: [`${stream}.>`], duplicate_window: 60_000_000_000 });
         // The durable the group reads (named after the group: the source has no durable option), limited to 3 deliveries.
         await jsm.consumers.add(stream, { durable_name: group, ack_policy: AckPolicy.Explicit, max_deliver: 3 });
-        const text = (lease: string) =>
+        const text = (lease: string, maxPayloadBytes = 500_000) =>
           `import { nats, natsSource } from ${adapterModule('nats')};\n` +
           `const url = ${JSON.stringify(natsUrl)};\n` +
           `export default {\n` +
+          `  maxPayloadBytes: ${maxPayloadBytes},\n` +
           `  relay: { lease: ${JSON.stringify(lease)}, to: [nats({ url, stream: ${JSON.stringify(stream)}, declare: false })] },\n` +
           `  consumers: [{ group: ${JSON.stringify(group)}, source: natsSource({ url, stream: ${JSON.stringify(stream)} }), handlers: { 'order.placed': async () => {} } }],\n` +
           `};\n`;
@@ -317,6 +318,11 @@ describe('mailroom command line', () => {
         assert.equal(short.code, 1, short.stdout + short.stderr);
         assert.doesNotMatch(short.stdout, /nats-duplicate-window/);
         assert.match(short.stdout, new RegExp(`^warning nats-max-deliver: nats \\S+ stream ${stream} consumer ${group} \\(consumer ${group} source nats ${stream}\\)$`, 'm'));
+        // The default maxPayloadBytes (1 MiB) with its envelope does not fit the server's default max_payload (1 MB).
+        const big = await mailroom(['doctor', '--config', writeConfig('mailroom.config.mjs', text('30s', 1024 * 1024)), '--json']);
+        const sizeWarning = parseJson<DoctorReport>(big, 'doctor --json').warnings.find((w) => w.code === 'nats-max-payload');
+        assert.ok(sizeWarning, big.stdout + big.stderr);
+        assert.match(sizeWarning.message, /publish accepts payloads of up to 1048576 bytes .* does not fit the server's max_payload \(1048576 bytes\).* Lower maxPayloadBytes to 1044480 or less/);
       } finally {
         await jsm.streams.delete(stream).catch(() => false);
         await nc.close();

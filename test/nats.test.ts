@@ -428,6 +428,32 @@ describe('nats target', { skip }, () => {
       for (const s of [short, memory, good]) await deleteStream(NATS, s);
     }
   });
+
+  test('check(): nats-max-payload fires when the largest event publish accepts, with its envelope, exceeds the stream\'s max_msg_size or the server\'s max_payload', async () => {
+    const small = `mr-${unique()}`;
+    await createStream(NATS, small, { duplicateWindowMs: 300_000, maxMsgSize: 100_000 });
+    const sizeWarnings = async (stream: string, maxPayloadBytes: number | undefined) => {
+      const target = nats({ url: NATS, stream, declare: false });
+      try {
+        return (await target.check({ republishHorizonMs: 60_000, ...(maxPayloadBytes === undefined ? {} : { maxPayloadBytes }) })).filter((w) => w.code === 'nats-max-payload');
+      } finally {
+        await target.close();
+      }
+    };
+    try {
+      assert.deepEqual(await sizeWarnings(small, undefined), [], 'not checked without the mailroom\'s limit');
+      assert.deepEqual(await sizeWarnings(small, 50_000), [], '50,000 bytes and the envelope fit 100,000');
+      const [stream] = await sizeWarnings(small, 200_000);
+      assert.match(stream!.message, new RegExp(`does not fit stream ${small}'s max_msg_size \\(100000 bytes\\).*Lower maxPayloadBytes to 95904 or less.*nats stream edit ${small} --max-msg-size 204096`));
+      // Without max_msg_size the server's max_payload (1 MB by default) is the limit.
+      await withJsm(NATS, (jsm) => jsm.streams.update(small, { subjects: [`${small}.>`], max_msg_size: -1 }));
+      assert.deepEqual(await sizeWarnings(small, 200_000), []);
+      const [serverLimit] = await sizeWarnings(small, 64 * 1024 * 1024);
+      assert.match(serverLimit!.message, /does not fit the server's max_payload \(\d+ bytes\).*max_payload: 67112960 in the server's configuration/);
+    } finally {
+      await deleteStream(NATS, small);
+    }
+  });
 });
 
 describe('nats source', { skip }, () => {

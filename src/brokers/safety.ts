@@ -17,4 +17,14 @@ export interface TargetCheckContext {
    * deduplication window shorter than this lets a duplicate through.
    */
   readonly republishHorizonMs: number;
+  /**
+   * The largest payload `publish` accepts (`createMailroom`'s
+   * `maxPayloadBytes`), when known. A broker whose message size limit is
+   * below it plus the envelope refuses such an event on every retry, and the
+   * relay delivers nothing after it.
+   */
+  readonly maxPayloadBytes?: number;
 }
+
+/** What an event adds to its payload on a broker, at most in practice: the envelope's attributes and the transport headers. */
+export const ENVELOPE_ALLOWANCE_BYTES = 4096;

@@ -5,6 +5,7 @@
  * checks the relay and the consumers run when `mailroom start` starts them.
  */
 import type { SafetyWarning } from '../brokers/safety.ts';
+import { DEFAULT_MAX_PAYLOAD_BYTES } from '../payload.ts';
 import type { MailroomConfig } from '../config/define-config.ts';
 import { resolveConsumerOptions } from '../consumers/options.ts';
 import { INTERNAL_TARGET } from '../relay/internal-target.ts';
@@ -34,7 +35,7 @@ export function configChecks(config: MailroomConfig): Check[] {
   const checks: Check[] = [];
   if (config.relay !== undefined && config.relay !== false) {
     const relay = resolveRelayOptions(config.relay, INTERNAL);
-    const context = { republishHorizonMs: republishHorizonMs(relay.leaseMs) };
+    const context = { republishHorizonMs: republishHorizonMs(relay.leaseMs), maxPayloadBytes: config.maxPayloadBytes ?? DEFAULT_MAX_PAYLOAD_BYTES };
     for (const target of relay.targets) {
       if (target === INTERNAL) continue;
       const check = target.check?.bind(target);

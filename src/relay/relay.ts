@@ -107,6 +107,8 @@ export class Relay extends SafeEmitter<RelayEvents> {
     private readonly outbox: OutboxQueries,
     private readonly channel: string,
     private readonly options: ResolvedRelayOptions,
+    /** The mailroom's `maxPayloadBytes`, for the targets' size checks. */
+    private readonly maxPayloadBytes?: number,
   ) {
     super();
     this.id = options.id;
@@ -162,7 +164,7 @@ export class Relay extends SafeEmitter<RelayEvents> {
    * for (const w of await relay.check()) console.warn(w.code, w.message);
    */
   async check(): Promise<SafetyWarning[]> {
-    const context = { republishHorizonMs: republishHorizonMs(this.options.leaseMs) };
+    const context = { republishHorizonMs: republishHorizonMs(this.options.leaseMs), maxPayloadBytes: this.maxPayloadBytes };
     const found = await Promise.all(this.states.map((s) => s.target.check?.(context) ?? Promise.resolve([])));
     return found.flat();
   }

@@ -4,7 +4,7 @@
  */
 import { millis } from '@nats-io/transport-node';
 import type { ConsumerInfo, StreamInfo } from '@nats-io/jetstream';
-import type { SafetyWarning } from '../safety.ts';
+import { ENVELOPE_ALLOWANCE_BYTES, type SafetyWarning } from '../safety.ts';
 import { streamAddCommand } from './stream.ts';
 import type { ResolvedNatsTargetOptions } from './options.ts';
 
@@ -19,6 +19,9 @@ function seconds(ms: number): string {
  * - `nats-duplicate-window`: the duplicate window is shorter than the relay's
  *   republish horizon, so a republish after a relay crash is stored twice.
  * - `nats-memory-storage`: memory storage loses every message on a server restart.
+ * - `nats-max-payload`: the server's `max_payload` (or the stream's
+ *   `max_msg_size`) is below the largest event `publish` accepts, so such an
+ *   event is refused on every retry and holds the relay.
  *
  * @example
  * targetWarnings(await streamInfoOrNull(jsm, 'orders'), options, { republishHorizonMs: 90_000 }, 'nats nats://127.0.0.1:4222 stream orders')
@@ -28,8 +31,11 @@ export function targetWarnings(
   options: ResolvedNatsTargetOptions,
   republishHorizonMs: number,
   subject: string,
+  sizes: { maxPayloadBytes?: number | undefined; serverMaxPayload?: number | undefined } = {},
 ): SafetyWarning[] {
   const warnings: SafetyWarning[] = [];
+  const size = sizeWarning(info, options, subject, sizes);
+  if (size) warnings.push(size);
   if (info === null) {
     if (!options.declare) {
       warnings.push({
@@ -64,6 +70,36 @@ export function targetWarnings(
     });
   }
   return warnings;
+}
+
+/**
+ * An event of the largest payload `publish` accepts, with its envelope and
+ * headers, must fit the server's `max_payload` and the stream's
+ * `max_msg_size`; else the stream refuses it on every retry.
+ */
+function sizeWarning(
+  info: StreamInfo | null,
+  options: ResolvedNatsTargetOptions,
+  subject: string,
+  sizes: { maxPayloadBytes?: number | undefined; serverMaxPayload?: number | undefined },
+): SafetyWarning | null {
+  const { maxPayloadBytes, serverMaxPayload } = sizes;
+  if (maxPayloadBytes === undefined) return null;
+  const streamMax = info !== null && (info.config.max_msg_size ?? -1) > 0 ? info.config.max_msg_size! : Infinity;
+  const serverMax = serverMaxPayload !== undefined && serverMaxPayload > 0 ? serverMaxPayload : Infinity;
+  const limit = Math.min(streamMax, serverMax);
+  const largest = maxPayloadBytes + ENVELOPE_ALLOWANCE_BYTES;
+  if (largest <= limit) return null;
+  const which = streamMax <= serverMax ? `stream ${options.stream}'s max_msg_size (${limit} bytes)` : `the server's max_payload (${limit} bytes)`;
+  const raise = streamMax <= serverMax ? `nats stream edit ${options.stream} --max-msg-size ${largest}` : `max_payload: ${largest} in the server's configuration`;
+  return {
+    subject,
+    code: 'nats-max-payload',
+    message:
+      `publish accepts payloads of up to ${maxPayloadBytes} bytes (maxPayloadBytes), and such an event with its envelope and headers (up to about ${ENVELOPE_ALLOWANCE_BYTES} bytes more) ` +
+      `does not fit ${which}: the stream refuses it on every retry and the relay delivers nothing after it. ` +
+      `Lower maxPayloadBytes to ${Math.max(1, limit - ENVELOPE_ALLOWANCE_BYTES)} or less in createMailroom, or raise the limit (${raise}).`,
+  };
 }
 
 /**

@@ -190,7 +190,8 @@ export class NatsTarget implements RelayTarget {
     try {
       const jsm = nc ? await jetstreamManager(nc) : this.#session!.jsm;
       const info = await streamInfoOrNull(jsm, this.#options.stream);
-      return targetWarnings(info, this.#options, context.republishHorizonMs, this.#subject);
+      const serverMaxPayload = (nc ?? this.#session!.nc).info?.max_payload;
+      return targetWarnings(info, this.#options, context.republishHorizonMs, this.#subject, { maxPayloadBytes: context.maxPayloadBytes, serverMaxPayload });
     } finally {
       await closeQuietly(nc);
     }
