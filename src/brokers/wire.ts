@@ -25,6 +25,19 @@ export interface WireMessage {
   readonly headers: Readonly<Record<string, string>>;
 }
 
+/** The attributes that also travel as transport headers, in this order. */
+const TRANSPORT_HEADERS = ['traceparent', 'correlationid', 'causationid', 'partitionkey'] as const;
+
+/** A message from its parts; each transport header is set when its value is a string. */
+function wireMessage(id: string, type: string, key: string | null, body: string, transport: { readonly [name in (typeof TRANSPORT_HEADERS)[number]]?: unknown }): WireMessage {
+  const headers: Record<string, string> = {};
+  for (const name of TRANSPORT_HEADERS) {
+    const value = transport[name];
+    if (typeof value === 'string') headers[name] = value;
+  }
+  return { id, type, key, body: Buffer.from(body, 'utf8'), contentType: CLOUDEVENTS_CONTENT_TYPE, headers };
+}
+
 /**
  * Encodes an envelope for a broker.
  *
@@ -32,19 +45,7 @@ export interface WireMessage {
  * const m = toWireMessage(event.envelope); channel.publish(exchange, m.type, m.body, { messageId: m.id, headers: m.headers });
  */
 export function toWireMessage(envelope: CloudEventEnvelope): WireMessage {
-  const headers: Record<string, string> = {};
-  for (const name of ['traceparent', 'correlationid', 'causationid', 'partitionkey'] as const) {
-    const value = envelope[name];
-    if (typeof value === 'string') headers[name] = value;
-  }
-  return {
-    id: envelope.id,
-    type: envelope.type,
-    key: typeof envelope.subject === 'string' ? envelope.subject : null,
-    body: Buffer.from(JSON.stringify(envelope), 'utf8'),
-    contentType: CLOUDEVENTS_CONTENT_TYPE,
-    headers,
-  };
+  return wireMessage(envelope.id, envelope.type, typeof envelope.subject === 'string' ? envelope.subject : null, JSON.stringify(envelope), envelope);
 }
 
 /**
@@ -58,10 +59,6 @@ export function toWireMessage(envelope: CloudEventEnvelope): WireMessage {
 export function wireMessageOf(event: RelayedEvent): WireMessage {
   const row = StoredEvent.rowOf(event);
   if (!row) return toWireMessage(event.envelope);
-  const headers: Record<string, string> = {};
-  if (row.traceparent !== null) headers.traceparent = row.traceparent;
-  if (row.correlation_id !== null) headers.correlationid = row.correlation_id;
-  if (row.causation_id !== null) headers.causationid = row.causation_id;
-  if (row.subject !== null) headers.partitionkey = row.subject;
-  return { id: row.id, type: row.type, key: row.subject, body: Buffer.from(row.body, 'utf8'), contentType: CLOUDEVENTS_CONTENT_TYPE, headers };
+  const transport = { traceparent: row.traceparent, correlationid: row.correlation_id, causationid: row.causation_id, partitionkey: row.subject };
+  return wireMessage(row.id, row.type, row.subject, row.body, transport);
 }

@@ -7,7 +7,7 @@
  * (wire order is outbox order), and is dropped when k fails or the lease is lost.
  */
 import type { Driver, Queryable } from '../storage/driver.ts';
-import { planBatch, type BatchPlan, type OutboxPoint, type Runner } from './read-batch.ts';
+import { planBatch, readFence, type BatchPlan, type OutboxPoint, type Runner } from './read-batch.ts';
 import type { RelayQueries } from './relay-queries.ts';
 import { StoredEvent } from './stored-event.ts';
 import type { RelayedEvent } from './target.ts';
@@ -16,8 +16,6 @@ import type { RelayedEvent } from './target.ts';
 export interface ReadBatch {
   /** The lease token it was read under. */
   token: string;
-  /** The fence it was read below. */
-  fence: bigint;
   /** Where it starts (the cursor it was planned from). */
   from: OutboxPoint;
   plan: BatchPlan;
@@ -46,13 +44,12 @@ export interface ReadBatchInput {
  */
 export async function readBatch(input: ReadBatchInput): Promise<ReadBatch | null> {
   const { driver, queries } = input;
-  const batch = (from: OutboxPoint, planned: BatchPlan): ReadBatch => ({ token: input.token, fence: planned.fence, from, plan: planned, events: planned.rows.map((row) => new StoredEvent(row)) });
+  const batch = (from: OutboxPoint, planned: BatchPlan): ReadBatch => ({ token: input.token, from, plan: planned, events: planned.rows.map((row) => new StoredEvent(row)) });
   const from = input.from;
   // Past a batch not yet confirmed: a read needs no lock, and usually one statement (which reads the fence too).
   if (from !== null) return batch(from, await planBatch(driver, queries, from, null, input.batchSize));
   // From the cursor: the fence is read before the transaction takes its lock (and so an xid of its own).
-  const { rows: fenceRows } = await driver.run<{ fence: string }>(queries.fence, []);
-  const fence = BigInt(fenceRows[0]!.fence);
+  const fence = await readFence(driver, queries);
   const plan = (db: Runner, from: OutboxPoint) => planBatch(db, queries, from, fence, input.batchSize);
   return driver.transaction(async (tx) => {
     const begun = await tx.query<{ cursor_xid: string; cursor_position: string }>(queries.beginRound.text, [input.target, input.holder, input.token, input.leaseMs]);

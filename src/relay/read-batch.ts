@@ -42,6 +42,12 @@ export interface BatchPlan {
   exhausted: boolean;
 }
 
+/** The fence now: every transaction with an xid below it has ended. Read before a round's transaction takes a lock. */
+export async function readFence(db: Runner, queries: RelayQueries): Promise<bigint> {
+  const { rows } = await db.run<{ fence: string }>(queries.fence, []);
+  return BigInt(rows[0]!.fence);
+}
+
 /** Compares two points in (xid, position) order. */
 export function comparePoints(a: OutboxPoint, b: OutboxPoint): number {
   if (a.xid !== b.xid) return a.xid < b.xid ? -1 : 1;

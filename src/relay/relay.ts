@@ -6,7 +6,7 @@ import type { OutboxQueries } from '../events/outbox-queries.ts';
 import type { Driver } from '../storage/driver.ts';
 import { findHolder, type HeldBackBy } from './held-back.ts';
 import type { ResolvedRelayOptions } from './options.ts';
-import { planBatch, type OutboxPoint } from './read-batch.ts';
+import { planBatch, readFence, type OutboxPoint } from './read-batch.ts';
 import { NO_TRANSACTION, readBatch, type ReadBatch } from './read-ahead.ts';
 import type { RelayQueries } from './relay-queries.ts';
 import { StoredEvent } from './stored-event.ts';
@@ -50,6 +50,8 @@ interface TargetState {
   lastHeldBackReport: number;
   /** A read-ahead target's next batch, read (and for a pipelined target sent) while the last one was being confirmed. */
   ahead: Promise<Ahead | null> | null;
+  /** Rounds in a row that found events deliverable and delivered none (see {@link Relay.stalled}). */
+  emptyAgain: number;
 }
 
 /** A batch read ahead; `sent` settles with true when a pipelined target's conditional send of it was confirmed. */
@@ -112,7 +114,7 @@ export class Relay extends SafeEmitter<RelayEvents> {
   ) {
     super();
     this.id = options.id;
-    this.states = options.targets.map((target) => ({ target, token: null, busy: Promise.resolve(), waker: new Waker(), heldBackSince: null, lastHeldBackReport: 0, ahead: null }));
+    this.states = options.targets.map((target) => ({ target, token: null, busy: Promise.resolve(), waker: new Waker(), heldBackSince: null, lastHeldBackReport: 0, ahead: null, emptyAgain: 0 }));
   }
 
   /** The names of this relay's targets. */
@@ -215,7 +217,7 @@ export class Relay extends SafeEmitter<RelayEvents> {
         entry.leased = false;
         continue;
       }
-      let emptyAgain = 0;
+      s.emptyAgain = 0;
       for (;;) {
         const round = await this.serialized(s, () => this.round(s));
         if (round.kind === 'lost') {
@@ -228,12 +230,10 @@ export class Relay extends SafeEmitter<RelayEvents> {
         if (round.exhausted || round.blockedBy !== null) {
           const after = await this.afterRound(s, round);
           if (after === 'again') {
-            emptyAgain = round.delivered > 0 ? 0 : emptyAgain + 1;
-            if (emptyAgain < MAX_EMPTY_AGAIN) {
+            if (!this.stalled(s, round)) {
               await yieldToTimers();
               continue;
             }
-            this.report(this.noProgress(s));
             entry.heldBack = true;
             break;
           }
@@ -268,7 +268,6 @@ export class Relay extends SafeEmitter<RelayEvents> {
   private async loop(s: TargetState): Promise<void> {
     let errorDelay = 0;
     let heldDelay = 0;
-    let emptyAgain = 0;
     while (this.state === 'running') {
       try {
         if (s.token === null) {
@@ -288,14 +287,10 @@ export class Relay extends SafeEmitter<RelayEvents> {
         if (!round.exhausted && round.blockedBy === null) continue; // more is waiting
         const after = await this.afterRound(s, round);
         if (after === 'again') {
-          emptyAgain = round.delivered > 0 ? 0 : emptyAgain + 1;
-          if (emptyAgain < MAX_EMPTY_AGAIN) continue;
-          emptyAgain = 0;
-          this.report(this.noProgress(s));
-          await this.sleep(s, this.options.pollMs);
+          if (this.stalled(s, round)) await this.sleep(s, this.options.pollMs);
           continue;
         }
-        emptyAgain = 0;
+        s.emptyAgain = 0;
         // The end of the transaction that holds the fence sends no NOTIFY: look again soon, backing off to the poll.
         heldDelay = after === 'held-back' ? Math.min(this.options.pollMs, heldDelay === 0 ? HELD_BACK_RECHECK_MS : heldDelay * 2) : 0;
         await this.sleep(s, heldDelay || this.options.pollMs);
@@ -345,8 +340,7 @@ export class Relay extends SafeEmitter<RelayEvents> {
     const token = s.token;
     if (token === null) return { kind: 'lost' };
     const name = s.target.name;
-    const { rows: fenceRows } = await this.driver.run<{ fence: string }>(this.queries.fence, []);
-    const fence = BigInt(fenceRows[0]!.fence);
+    const fence = await readFence(this.driver, this.queries);
     try {
       // A relay paused with the round open (SIGSTOP) must not hold the cursor past its lease: the
       // server ends a transaction left idle that long.
@@ -400,7 +394,8 @@ export class Relay extends SafeEmitter<RelayEvents> {
       batch = await read(null);
     }
     if (batch === null) return { kind: 'lost' };
-    const { plan, fence, events } = batch;
+    const { plan, events } = batch;
+    const { fence } = plan;
     if (events.length === 0 || plan.cursor === null) {
       return { kind: 'done', delivered: 0, exhausted: plan.exhausted, blockedBy: plan.blockedBy, fence, cursor: batch.from };
     }
@@ -491,11 +486,22 @@ export class Relay extends SafeEmitter<RelayEvents> {
       .finally(() => (this.pruning = undefined));
   }
 
-  private noProgress(s: TargetState): MailroomError {
-    return new MailroomError(
-      `relay ${this.id}: target ${s.target.name} found events deliverable ${MAX_EMPTY_AGAIN} times in a row and delivered none; ` +
-        'it waits for its next poll instead of looking again at once. This is a mailroom bug: please report it with the output of `mailroom status`',
+  /**
+   * Counts a round after which events were found deliverable: true (reported,
+   * and the count started over) once {@link MAX_EMPTY_AGAIN} such rounds in a
+   * row delivered nothing, so the caller stops looking at once.
+   */
+  private stalled(s: TargetState, round: Extract<Round, { kind: 'done' }>): boolean {
+    s.emptyAgain = round.delivered > 0 ? 0 : s.emptyAgain + 1;
+    if (s.emptyAgain < MAX_EMPTY_AGAIN) return false;
+    s.emptyAgain = 0;
+    this.report(
+      new MailroomError(
+        `relay ${this.id}: target ${s.target.name} found events deliverable ${MAX_EMPTY_AGAIN} times in a row and delivered none; ` +
+          'it waits for its next poll instead of looking again at once. This is a mailroom bug: please report it with the output of `mailroom status`',
+      ),
     );
+    return true;
   }
 
   private poke(s: TargetState): void {

@@ -65,8 +65,7 @@ export class NatsTarget implements RelayTarget {
     const session = await this.#connected();
     const deadline = Date.now() + this.#options.ackTimeoutMs;
     try {
-      if (context?.after === undefined) await this.#publishChained(session, messages, deadline);
-      else await this.#publishAfter(session, messages, deadline, storedRowOf(context.after).id);
+      await this.#publishChained(session, messages, deadline, context?.after === undefined ? null : storedRowOf(context.after).id);
     } catch (error) {
       // A stalled or broken connection is replaced on the next publish.
       if (session.nc.isClosed() || isTimeout(error)) this.#drop(session);
@@ -80,37 +79,31 @@ export class NatsTarget implements RelayTarget {
    * last message id. A lost event thus also fails every later one, so no
    * later event is ever stored ahead of an earlier one. When something else
    * published into the stream in between (the expectation fails, nothing
-   * else did), the rest of the batch goes one event at a time.
+   * else did), the rest of the batch goes one event at a time. With
+   * `afterId` (a pipelined send: the event before the batch, maybe not yet
+   * stored) the first event expects it too, and any refusal rejects: the
+   * relay sends the batch again once the one before is confirmed.
    */
-  async #publishChained(session: Session, messages: readonly WireMessage[], deadline: number): Promise<void> {
-    const outcomes = await this.#sendAll(session, messages, deadline, true);
+  async #publishChained(session: Session, messages: readonly WireMessage[], deadline: number, afterId: string | null): Promise<void> {
+    const outcomes = await this.#sendAll(session, messages, deadline, afterId);
     const first = outcomes.findIndex((o) => !o.ok);
     if (first === -1) return;
     const failed = outcomes[first] as { ok: false; error: unknown };
-    if (!(failed.error instanceof PubAckError && failed.error.errCode === WRONG_LAST_MSG_ID)) {
+    if (afterId !== null || !(failed.error instanceof PubAckError && failed.error.errCode === WRONG_LAST_MSG_ID)) {
       throw this.#publishError(messages[first]!, failed.error, first, messages.length);
     }
     for (let i = first; i < messages.length; i++) {
-      const [outcome] = await this.#sendAll(session, [messages[i]!], deadline, false);
+      const [outcome] = await this.#sendAll(session, [messages[i]!], deadline, null);
       if (!outcome!.ok) throw this.#publishError(messages[i]!, outcome!.error, i, messages.length);
     }
   }
 
-  /** The batch chained to `afterId` (the event before it, maybe not yet stored): all stored, or a rejection. */
-  async #publishAfter(session: Session, messages: readonly WireMessage[], deadline: number, afterId: string): Promise<void> {
-    const outcomes = await this.#sendAll(session, messages, deadline, true, afterId);
-    const first = outcomes.findIndex((o) => !o.ok);
-    if (first === -1) return;
-    throw this.#publishError(messages[first]!, (outcomes[first] as { ok: false; error: unknown }).error, first, messages.length);
-  }
-
   /**
    * Publishes the messages back to back and waits for every PubAck, or for
-   * the deadline. `chained`: each message after the first expects the one
-   * before it as the stream's last message id, and the first expects
-   * `expectFirst` when given.
+   * the deadline. Each message after the first expects the one before it as
+   * the stream's last message id, and the first expects `expectFirst` when given.
    */
-  async #sendAll(session: Session, messages: readonly WireMessage[], deadline: number, chained: boolean, expectFirst: string | null = null): Promise<PubAckOutcome[]> {
+  async #sendAll(session: Session, messages: readonly WireMessage[], deadline: number, expectFirst: string | null): Promise<PubAckOutcome[]> {
     const sent = messages.map((m, i) => {
       // A fresh set of distinct names: append, which skips set's search for an earlier value. A value
       // with a line break cannot travel as a NATS header (the client refuses it, so the batch could
@@ -124,7 +117,7 @@ export class NatsTarget implements RelayTarget {
       h.append('Nats-Msg-Id', m.id);
       h.append('Nats-Expected-Stream', this.#options.stream);
       const before = i > 0 ? messages[i - 1]!.id : expectFirst;
-      if (chained && before !== null) h.append('Nats-Expected-Last-Msg-Id', before);
+      if (before !== null) h.append('Nats-Expected-Last-Msg-Id', before);
       return session.acks.publish(`${this.#options.subjectPrefix}.${m.type}`, m.body, h);
     });
     const timer = setTimeout(() => session.acks.expire(sent[0]!.number, sent.at(-1)!.number, this.#options.ackTimeoutMs), Math.max(1, deadline - Date.now()));

@@ -111,7 +111,7 @@ class RedisStreamsTarget implements RelayTarget {
       // NOSCRIPT (SCRIPT FLUSH) or a lost connection: start afresh on the next publish.
       if (/NOSCRIPT/.test(err.message) || client.status !== 'ready') this.connection.drop();
       const first = runs[failed]!;
-      throw this.failure(events.length, err, first, wireMessageOf(events[first]!).id);
+      throw this.failure(events.length, err, first, storedRowOf(events[first]!).id);
     }
   }
 
