@@ -9,7 +9,7 @@ import fc from 'fast-check';
 import { defineEvent, toEnvelope, toWireMessage } from '../src/index.ts';
 import { storedEventColumns } from '../src/events/envelope-sql.ts';
 import type { OutboxRow } from '../src/events/envelope.ts';
-import { wireMessageOf } from '../src/brokers/wire.ts';
+import { wireMessageOf, wireTextOf } from '../src/brokers/wire.ts';
 import { StoredEvent, storedRowOf, type StoredEventRow } from '../src/relay/stored-event.ts';
 import { testDatabases, type TestMailroom } from './helpers/databases.ts';
 
@@ -56,6 +56,7 @@ function assertSame(stored: StoredEventRow, row: OutboxRow): void {
   const fromStored = wireMessageOf(event);
   const fromEnvelope = toWireMessage(envelope);
   assert.deepEqual({ ...fromStored, body: JSON.parse(fromStored.body.toString('utf8')) }, { ...fromEnvelope, body: JSON.parse(fromEnvelope.body.toString('utf8')) });
+  assert.deepEqual(wireTextOf(event), { ...fromStored, body: stored.body }, 'the text form is the same message, its body the stored text');
 }
 
 for (const db of testDatabases()) {
@@ -119,5 +120,7 @@ describe('a stored event', () => {
     assert.equal(made.causation_id, null);
     assert.deepEqual(JSON.parse(made.body), byHand.envelope);
     assert.deepEqual(wireMessageOf(byHand), toWireMessage(byHand.envelope));
+    const text = wireTextOf(byHand);
+    assert.deepEqual({ ...text, body: Buffer.from(text.body, 'utf8') }, toWireMessage(byHand.envelope));
   });
 });

@@ -3,7 +3,10 @@
  * ioredis client adding entries of about `bodyBytes` to a stream (the fields
  * mailroom writes: id, type, content-type, body), in batches of 100: one
  * pipeline of XADDs, then wait for all its replies. No dedup guard: this is
- * the broker's figure, not the adapter's. How durable an entry is depends on
+ * the broker's figure, not the adapter's. Every argument is a string (the body
+ * too): ioredis then writes a pipeline as one string, which measured 1.3-2x
+ * faster here than with a Buffer body (it copies Buffers together), so this is
+ * the client at its fastest, as the target runs it. How durable an entry is depends on
  * the server (appendonly, appendfsync), not on the client: measure on a server
  * configured as in production. Creates and deletes its own stream.
  *
@@ -22,7 +25,7 @@ export async function ceiling(options: RedisCeilingOptions): Promise<CeilingResu
   const client = new Redis(url, { maxRetriesPerRequest: 0 });
   client.on('error', () => {});
   try {
-    const body = Buffer.alloc(bodyBytes, 'x');
+    const body = 'x'.repeat(bodyBytes);
     const extra = Object.entries(options.headers ?? {}).flat();
     return await timeBatches(messages, async (n) => {
       const pipeline = client.pipeline();

@@ -28,14 +28,17 @@ export interface WireMessage {
 /** The attributes that also travel as transport headers, in this order. */
 const TRANSPORT_HEADERS = ['traceparent', 'correlationid', 'causationid', 'partitionkey'] as const;
 
+/** A message whose body is still the envelope's text (for a client that writes strings, as ioredis does best). */
+export type WireText = Omit<WireMessage, 'body'> & { readonly body: string };
+
 /** A message from its parts; each transport header is set when its value is a string. */
-function wireMessage(id: string, type: string, key: string | null, body: string, transport: { readonly [name in (typeof TRANSPORT_HEADERS)[number]]?: unknown }): WireMessage {
+function wireMessage<Body>(id: string, type: string, key: string | null, body: Body, transport: { readonly [name in (typeof TRANSPORT_HEADERS)[number]]?: unknown }) {
   const headers: Record<string, string> = {};
   for (const name of TRANSPORT_HEADERS) {
     const value = transport[name];
     if (typeof value === 'string') headers[name] = value;
   }
-  return { id, type, key, body: Buffer.from(body, 'utf8'), contentType: CLOUDEVENTS_CONTENT_TYPE, headers };
+  return { id, type, key, body, contentType: CLOUDEVENTS_CONTENT_TYPE, headers };
 }
 
 /**
@@ -45,7 +48,7 @@ function wireMessage(id: string, type: string, key: string | null, body: string,
  * const m = toWireMessage(event.envelope); channel.publish(exchange, m.type, m.body, { messageId: m.id, headers: m.headers });
  */
 export function toWireMessage(envelope: CloudEventEnvelope): WireMessage {
-  return wireMessage(envelope.id, envelope.type, typeof envelope.subject === 'string' ? envelope.subject : null, JSON.stringify(envelope), envelope);
+  return wireMessage(envelope.id, envelope.type, subjectOf(envelope), Buffer.from(JSON.stringify(envelope), 'utf8'), envelope);
 }
 
 /**
@@ -57,8 +60,30 @@ export function toWireMessage(envelope: CloudEventEnvelope): WireMessage {
  * const m = wireMessageOf(event); await producer.send(m.id, m.body, m.headers);
  */
 export function wireMessageOf(event: RelayedEvent): WireMessage {
+  return wireOf(event, (text) => Buffer.from(text, 'utf8'));
+}
+
+/**
+ * `wireMessageOf` with the body left as text: the same message, for a client
+ * that encodes strings itself (no Buffer per event).
+ *
+ * @example
+ * const m = wireTextOf(event); redis.xadd(stream, '*', 'id', m.id, 'body', m.body);
+ */
+export function wireTextOf(event: RelayedEvent): WireText {
+  return wireOf(event, (text) => text);
+}
+
+function wireOf<Body>(event: RelayedEvent, body: (text: string) => Body) {
   const row = StoredEvent.rowOf(event);
-  if (!row) return toWireMessage(event.envelope);
+  if (!row) {
+    const envelope = event.envelope;
+    return wireMessage(envelope.id, envelope.type, subjectOf(envelope), body(event.body ?? JSON.stringify(envelope)), envelope);
+  }
   const transport = { traceparent: row.traceparent, correlationid: row.correlation_id, causationid: row.causation_id, partitionkey: row.subject };
-  return wireMessage(row.id, row.type, row.subject, row.body, transport);
+  return wireMessage(row.id, row.type, row.subject, body(row.body), transport);
+}
+
+function subjectOf(envelope: CloudEventEnvelope): string | null {
+  return typeof envelope.subject === 'string' ? envelope.subject : null;
 }

@@ -9,7 +9,7 @@ import type { Redis } from 'ioredis';
 import { MailroomError } from '../../errors.ts';
 import type { RelayContext, RelayedEvent, RelayTarget } from '../../relay/target.ts';
 import type { SafetyWarning, TargetCheckContext } from '../safety.ts';
-import { wireMessageOf } from '../wire.ts';
+import { wireTextOf } from '../wire.ts';
 import { storedRowOf } from '../../relay/stored-event.ts';
 import { ADD_SCRIPT, ADD_SCRIPT_SHA, dedupKey, EVENTS_PER_CALL } from './add-script.ts';
 import { dedupWindowWarning, serverWarnings, warningSubject } from './check.ts';
@@ -79,12 +79,13 @@ class RedisStreamsTarget implements RelayTarget {
     for (let start = 0; start < events.length; start += EVENTS_PER_CALL) {
       runs.push(start);
       const keys: string[] = previous === null ? [stream] : [stream, previous];
-      const args: (string | number | Buffer)[] = [previous === null ? '0' : '1', dedupWindowMs, maxLen ?? ''];
+      // Strings only: ioredis then writes the pipeline as one string instead of copying Buffers together.
+      const args: (string | number)[] = [previous === null ? '0' : '1', dedupWindowMs, maxLen ?? ''];
       for (const event of events.slice(start, start + EVENTS_PER_CALL)) {
-        const message = wireMessageOf(event);
+        const message = wireTextOf(event);
         const key = dedupKey(stream, message.id);
         keys.push(key);
-        const fields: (string | Buffer)[] = ['id', message.id, 'type', message.type];
+        const fields: string[] = ['id', message.id, 'type', message.type];
         if (message.key !== null) fields.push('key', message.key);
         fields.push('content-type', message.contentType);
         for (const [name, value] of Object.entries(message.headers)) fields.push(name, value);
