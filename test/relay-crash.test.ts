@@ -143,13 +143,13 @@ describe(
       let n = 0;
       let producing = true;
       let kills = 0;
-      // Produce for at least 8 s and until 5 relays were killed (a replacement boots in a second or two, more
-      // on a loaded machine), at most 60 s.
+      // Produce for at least 8 s, until 5 relays were killed (a replacement boots in a second or two, more
+      // on a loaded machine) and 400 events committed (a loaded machine commits fewer a second), at most 60 s.
       const KILLS = 5;
       const minEnd = Date.now() + 8_000;
       const maxEnd = Date.now() + 60_000;
       const producer = async () => {
-        while ((kills < KILLS || Date.now() < minEnd) && Date.now() < maxEnd) {
+        while ((kills < KILLS || Date.now() < minEnd || committed.length < 400) && Date.now() < maxEnd) {
           const rollback = Math.random() < 0.125;
           const ids: string[] = [];
           await mailroom

@@ -21,7 +21,9 @@ import { Waker } from '../src/worker/waker.ts';
 import { CoalescingBatch } from '../src/storage/coalescing-batch.ts';
 import { isConcurrencyConflict } from '../src/storage/conflicts.ts';
 import { Completer } from '../src/worker/completer.ts';
-import type { Driver, NamedQuery } from '../src/storage/driver.ts';
+import type { Driver, NamedQuery, QueryResult } from '../src/storage/driver.ts';
+import { planBatch } from '../src/relay/read-batch.ts';
+import { relayQueries } from '../src/relay/relay-queries.ts';
 import type { JobQueries } from '../src/jobs/queries.ts';
 import type { ClaimedRow } from '../src/worker/types.ts';
 
@@ -620,5 +622,31 @@ describe('Completer', () => {
     assert.equal(await completer.complete('a', 1), true);
     assert.equal(fake.calls, 4);
     assert.deepEqual(reported.map((e) => (e as { code: string }).code), ['40P01', '57P01']);
+  });
+});
+
+describe('planBatch', () => {
+  // A stand-in for the candidates statement: keyless rows, returned in the order given.
+  const queries = relayQueries('"s"');
+  const row = (xid: number, position: number) => ({
+    fence: '100', position: String(position), xid: String(xid), id: newId(), type: 't.e', subject: null, correlation_id: null, causation_id: null,
+    traceparent: null, time: '2026-01-01T00:00:00.000Z', body: '{}', prev_position: null, prev_xid: null,
+  });
+  const runner = (rows: ReturnType<typeof row>[]) => ({
+    run: async <R>(query: NamedQuery) => {
+      assert.equal(query.name, queries.candidates.name);
+      return { rows: rows as R[], rowCount: rows.length } as unknown as QueryResult<R>;
+    },
+  });
+
+  test('reads candidates in (xid, position) order even when the statement returns them otherwise', async () => {
+    const ordered = [row(5, 9), row(6, 3), row(6, 4), row(7, 1)];
+    const shuffled = [ordered[2]!, ordered[0]!, ordered[3]!, ordered[1]!];
+    const cursor = { xid: 1n, position: 0n };
+    const fromOrdered = await planBatch(runner(ordered), queries, cursor, null, 10);
+    const fromShuffled = await planBatch(runner(shuffled), queries, cursor, null, 10);
+    assert.deepEqual(fromShuffled.cursor, { xid: 7n, position: 1n }, 'the cursor is the last row in (xid, position) order');
+    assert.deepEqual(fromShuffled, fromOrdered);
+    assert.deepEqual(fromShuffled.rows.map((r) => r.position), ['1', '3', '4', '9'], 'delivered in position order');
   });
 });

@@ -107,7 +107,7 @@ export async function planBatch(db: Runner, queries: RelayQueries, cursor: Outbo
   for (;;) {
     const { rows } = await db.run<CandidatesRow>(queries.candidates, [String(from.xid), String(from.position), fence < 0n ? null : String(fence), batchSize]);
     fence = BigInt(rows[0]!.fence);
-    const chunk = rows.flatMap((row) => (row.position === null ? [] : [candidate(row as CandidateRow)]));
+    const chunk = inReadOrder(rows.flatMap((row) => (row.position === null ? [] : [candidate(row as CandidateRow)])));
     if (chunk.length < batchSize) exhausted = true;
     for (const c of chunk) if (c.row.subject !== null && (top.get(c.row.subject) ?? -1n) < c.position) top.set(c.row.subject, c.position);
     const walkKeys = new Map<string, bigint>();
@@ -145,6 +145,12 @@ export async function planBatch(db: Runner, queries: RelayQueries, cursor: Outbo
     blockedBy,
     exhausted: exhausted && !blocked,
   };
+}
+
+/** The candidates in (xid, position) order: as the statement returns them, sorted only if they ever are not. */
+function inReadOrder(chunk: Candidate[]): Candidate[] {
+  for (let i = 1; i < chunk.length; i++) if (comparePoints(chunk[i - 1]!, chunk[i]!) > 0) return chunk.sort(comparePoints);
+  return chunk;
 }
 
 async function readPredecessors(db: Runner, queries: RelayQueries, top: Map<string, bigint>, cursor: OutboxPoint): Promise<Map<string, OutboxPoint[]>> {
