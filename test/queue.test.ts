@@ -510,19 +510,22 @@ for (const db of testDatabases()) {
             ['complete_recording_inbox', q.completeRecordingInbox.text, `${ids}, ${claims}, '{}', '{}'`],
             ['heartbeat', q.heartbeat.text, `${ids}, ${claims}, 30000`],
             ['release_many', q.releaseMany.text, `${ids}, ${claims}`],
+            ['rescue', q.rescueExpired.text, `1000, 'lease expired'`],
           ] as const;
           // A worker's connection plans each statement for its batch first (custom), then keeps a generic plan
           // (the batch's size unknown). Reading every active job through the lease index and comparing each with
-          // every id of the batch took 610 ms here for the generic plan (10-14 ms probing the primary key).
+          // every id of the batch took 610 ms here for the generic plan (10-14 ms probing the primary key); lease
+          // rescue of 1,000 expired leases among 3,000 active jobs took 476-515 ms (22-52 ms).
           for (const mode of ['force_custom_plan', 'force_generic_plan']) {
             await session.query(`SET plan_cache_mode = ${mode}`);
             for (const [name, text, args] of writes) {
               await session.query(`PREPARE plan_${name}_${mode} AS ${text}`);
               const { rows } = await session.query<{ 'QUERY PLAN': string }>(`EXPLAIN (COSTS OFF) EXECUTE plan_${name}_${mode}(${args})`);
               const plan = rows.map((r) => r['QUERY PLAN']).join('\n');
-              assert.doesNotMatch(plan, /jobs_lease_idx/, `${name}, ${mode}:\n${plan}`);
-              const probes = /Nested Loop\n\s+->  Function Scan on c\n\s+->  Index Scan using jobs_pkey on jobs j/.test(plan);
-              const hashes = /Hash Cond: \(\(c\.id = j\.id\)|Hash Cond: \(\(j\.id = c\.id\)/.test(plan);
+              // (Lease rescue finds its expired leases through the lease index: `on jobs`, not the fenced `jobs j`.)
+              assert.doesNotMatch(plan, /jobs_lease_idx on jobs j/, `${name}, ${mode}:\n${plan}`);
+              const probes = /Nested Loop\n\s+->  (Function Scan on c|CTE Scan on expired e)\n\s+->  Index Scan using jobs_pkey on jobs j/.test(plan);
+              const hashes = /Hash Cond: \(\((c|e)\.id = j\.id\)|Hash Cond: \(\(j\.id = (c|e)\.id\)/.test(plan);
               assert.ok(probes || hashes, `${name}, ${mode}: the join probes the primary key per id or hashes on it, never a loop comparing every pair:\n${plan}`);
             }
           }

@@ -36,14 +36,14 @@ export const CLAIM_RETURNING = `j.id, j.queue, j.type, j.payload, j.attempt, j.m
 const UNFINISHED = `('scheduled', 'available', 'active', 'retrying')`;
 
 /**
- * The state fence of a worker's multi-row writes, joined to the batch's ids
- * (`unnest`). Written as an expression so that PostgreSQL cannot estimate it
- * from the column's statistics: analyzed while no job was active, those say
- * one row is, and the planner then read every active job (or the whole
- * table) and compared each with every id of the batch, millions of
- * comparisons per statement. Estimated by default (a small share of the
- * table), the join starts from the ids and probes the primary key, or on a
- * small table hashes them.
+ * The state fence of a worker's multi-row writes and of lease rescue, joined
+ * to a batch of ids (`unnest`, or the expired leases). Written as an
+ * expression so that PostgreSQL cannot estimate it from the column's
+ * statistics: analyzed while no job was active, those say one row is, and the
+ * planner then read every active job (or the whole table) and compared each
+ * with every id of the batch, millions of comparisons per statement.
+ * Estimated by default (a small share of the table), the join starts from the
+ * ids and probes the primary key, or on a small table hashes them.
  */
 const ACTIVE_FENCE = `(j.state || '') = 'active'`;
 
@@ -198,7 +198,7 @@ export function jobQueries(quotedSchema: string): JobQueries {
                 run_at = now(), locked_until = NULL,
                 last_error = jsonb_build_object('category', 'lease-expired', 'message', $2::text)
            FROM expired AS e
-          WHERE j.id = e.id AND j.claim_count = e.claim_count AND j.state = 'active'
+          WHERE j.id = e.id AND j.claim_count = e.claim_count AND ${ACTIVE_FENCE}
          RETURNING j.id, j.queue, j.type, j.claim_count, j.attempt, j.state, j.locked_by, j.started_at),
        logged AS (
          INSERT INTO ${s}.job_errors (job_id, claim, attempt, worker, started_at, category, message)
