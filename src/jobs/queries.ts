@@ -4,7 +4,8 @@ import { namedQueries } from '../storage/named.ts';
 /**
  * Every statement of the job state machine, for one schema. The schema name is
  * a validated, quoted identifier; every value is a bind parameter. Each state
- * change of an active job is fenced: `id = $ AND claim_count = $ AND state = 'active'`.
+ * change of an active job is fenced: `id = $ AND claim_count = $` and the
+ * state still active (`activeFence`).
  */
 export interface JobQueries {
   enqueue: NamedQuery;
@@ -36,22 +37,27 @@ export const CLAIM_RETURNING = `j.id, j.queue, j.type, j.payload, j.attempt, j.m
 const UNFINISHED = `('scheduled', 'available', 'active', 'retrying')`;
 
 /**
- * The state fence of a worker's multi-row writes and of lease rescue, joined
- * to a batch of ids (`unnest`, or the expired leases). Written as an
- * expression so that PostgreSQL cannot estimate it from the column's
- * statistics: analyzed while no job was active, those say one row is, and the
- * planner then read every active job (or the whole table) and compared each
- * with every id of the batch, millions of comparisons per statement.
- * Estimated by default (a small share of the table), the join starts from the
- * ids and probes the primary key, or on a small table hashes them.
+ * The state part of every fence on an active job (`alias`: the row's alias, or
+ * `jobs`). Written as an expression so that PostgreSQL cannot
+ * estimate it from the column's statistics: analyzed while no job was active,
+ * those say one row is, and the planner then read every active job through
+ * the lease index (or the whole table), compared with every id of a batch:
+ * millions of comparisons for a completion of 1,000, every active job for a
+ * single failure. Estimated by default (a small share of the table), a
+ * statement probes the primary key per id, or on a small table hashes a batch.
+ *
+ * @example
+ * `UPDATE jobs AS j ... WHERE j.id = $1 AND j.claim_count = $2 AND ${activeFence('j')}`
  */
-const ACTIVE_FENCE = `(j.state || '') = 'active'`;
+function activeFence(alias: string): string {
+  return `(${alias}.state || '') = 'active'`;
+}
 
 /** The fenced batched completion ($1 ids, $2 claim tokens), returning the ids it completed. */
 function completeBatch(s: string): string {
   return `UPDATE ${s}.jobs AS j SET state = 'completed', finished_at = now(), locked_until = NULL
          FROM unnest($1::uuid[], $2::int[]) AS c(id, claim)
-        WHERE j.id = c.id AND j.claim_count = c.claim AND ${ACTIVE_FENCE}
+        WHERE j.id = c.id AND j.claim_count = c.claim AND ${activeFence('j')}
        RETURNING j.id`;
 }
 
@@ -141,7 +147,7 @@ export function jobQueries(quotedSchema: string): JobQueries {
       'fail',
       `WITH decided AS (
          SELECT id, ($3::boolean AND (expires_at IS NULL OR now() + $4::bigint * interval '1 millisecond' <= expires_at)) AS retry
-           FROM ${s}.jobs WHERE id = $1 AND claim_count = $2 AND state = 'active'),
+           FROM ${s}.jobs WHERE id = $1 AND claim_count = $2 AND ${activeFence('jobs')}),
        updated AS (
          UPDATE ${s}.jobs AS j
             SET state = CASE WHEN d.retry THEN 'retrying' ELSE 'dead' END,
@@ -151,7 +157,7 @@ export function jobQueries(quotedSchema: string): JobQueries {
                 locked_until = NULL,
                 last_error = jsonb_build_object('category', $6::text, 'message', $7::text)
            FROM decided AS d
-          WHERE j.id = d.id AND j.claim_count = $2 AND j.state = 'active'
+          WHERE j.id = d.id AND j.claim_count = $2 AND ${activeFence('j')}
          RETURNING j.id, j.claim_count, j.attempt, j.state, j.run_at, j.locked_by, j.started_at)
        INSERT INTO ${s}.job_errors (job_id, claim, attempt, worker, started_at, category, message, stack)
        SELECT id, claim_count, attempt, locked_by, started_at, $6, $7, $8 FROM updated
@@ -163,7 +169,7 @@ export function jobQueries(quotedSchema: string): JobQueries {
       `UPDATE ${s}.jobs
           SET state = CASE WHEN $3::bigint > 0 THEN 'scheduled' ELSE 'available' END,
               run_at = now() + $3::bigint * interval '1 millisecond', attempt = attempt - 1, locked_until = NULL
-        WHERE id = $1 AND claim_count = $2 AND state = 'active'
+        WHERE id = $1 AND claim_count = $2 AND ${activeFence('jobs')}
        RETURNING id`,
     ),
     // $1 ids, $2 claim tokens. Graceful stop: claimed jobs back to the queue at once, the attempt not spent.
@@ -171,7 +177,7 @@ export function jobQueries(quotedSchema: string): JobQueries {
       'release_many',
       `UPDATE ${s}.jobs AS j SET state = 'available', run_at = now(), attempt = j.attempt - 1, locked_until = NULL
          FROM unnest($1::uuid[], $2::int[]) AS c(id, claim)
-        WHERE j.id = c.id AND j.claim_count = c.claim AND ${ACTIVE_FENCE}
+        WHERE j.id = c.id AND j.claim_count = c.claim AND ${activeFence('j')}
        RETURNING j.id, j.type`,
     ),
     // $1 ids, $2 claim tokens, $3 lease ms
@@ -179,7 +185,7 @@ export function jobQueries(quotedSchema: string): JobQueries {
       'heartbeat',
       `UPDATE ${s}.jobs AS j SET locked_until = now() + $3::bigint * interval '1 millisecond'
          FROM unnest($1::uuid[], $2::int[]) AS c(id, claim)
-        WHERE j.id = c.id AND j.claim_count = c.claim AND ${ACTIVE_FENCE}
+        WHERE j.id = c.id AND j.claim_count = c.claim AND ${activeFence('j')}
        RETURNING j.id`,
     ),
     // $1 batch size, $2 message. Counts the attempt; touches a job only if still active with the claim it read.
@@ -198,7 +204,7 @@ export function jobQueries(quotedSchema: string): JobQueries {
                 run_at = now(), locked_until = NULL,
                 last_error = jsonb_build_object('category', 'lease-expired', 'message', $2::text)
            FROM expired AS e
-          WHERE j.id = e.id AND j.claim_count = e.claim_count AND ${ACTIVE_FENCE}
+          WHERE j.id = e.id AND j.claim_count = e.claim_count AND ${activeFence('j')}
          RETURNING j.id, j.queue, j.type, j.claim_count, j.attempt, j.state, j.locked_by, j.started_at),
        logged AS (
          INSERT INTO ${s}.job_errors (job_id, claim, attempt, worker, started_at, category, message)
