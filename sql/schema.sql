@@ -208,7 +208,7 @@ CREATE INDEX jobs_correlation_idx ON :"schema".jobs USING btree (correlation_id)
 CREATE UNIQUE INDEX jobs_dedup_key_idx ON :"schema".jobs USING btree (type, dedup_key) WHERE ((dedup_key IS NOT NULL) AND (state = ANY (ARRAY['scheduled'::text, 'available'::text, 'active'::text, 'retrying'::text])));
 CREATE INDEX jobs_finished_idx ON :"schema".jobs USING btree (state, finished_at, queue) WHERE (state = ANY (ARRAY['completed'::text, 'dead'::text, 'cancelled'::text]));
 CREATE INDEX jobs_lease_idx ON :"schema".jobs USING btree (locked_until) WHERE (state = 'active'::text);
-CREATE INDEX jobs_ordering_holder_idx ON :"schema".jobs USING btree (queue, ordering_key) WHERE ((ordering_key IS NOT NULL) AND (NOT blocked) AND ((state = ANY (ARRAY['scheduled'::text, 'available'::text, 'active'::text, 'retrying'::text])) OR ((state = 'dead'::text) AND hold_key_when_dead)));
+CREATE INDEX jobs_ordering_holder_idx ON :"schema".jobs USING btree (queue, ordering_key) WHERE ((ordering_key IS NOT NULL) AND ((state = 'active'::text) OR (NOT blocked)) AND ((state = ANY (ARRAY['scheduled'::text, 'available'::text, 'active'::text, 'retrying'::text])) OR ((state = 'dead'::text) AND hold_key_when_dead)));
 CREATE INDEX jobs_ordering_idx ON :"schema".jobs USING btree (queue, ordering_key, ordering_seq) WHERE ((ordering_key IS NOT NULL) AND (state <> ALL (ARRAY['completed'::text, 'cancelled'::text])));
 -- (made by its constraint) CREATE UNIQUE INDEX jobs_pkey ON :"schema".jobs USING btree (id);
 -- (made by its constraint) CREATE UNIQUE INDEX migrations_pkey ON :"schema".migrations USING btree (version);
@@ -288,17 +288,18 @@ DECLARE
   next_ids uuid[];
   woken text;
 BEGIN
-  -- The keys this statement's rows let go of are those of rows with a key that hold it no more
-  -- (finished, or dead without hold_key_when_dead). A row that did not hold it before either (a
-  -- dead job discarded) is counted too: its key is looked at for nothing, which changes nothing.
-  IF NOT EXISTS (SELECT 1 FROM released_new AS n WHERE n.ordering_key IS NOT NULL AND NOT (n.state IN ('scheduled', 'available', 'active', 'retrying') OR (n.state = 'dead' AND n.hold_key_when_dead))) THEN
+  -- The keys this statement's rows let go of are those of rows with a key that hold it no more:
+  -- finished, dead without hold_key_when_dead, or a claimed follower handed back unstarted (waiting
+  -- and blocked again). A row that did not hold it before either (a dead job discarded, a blocked
+  -- job rescheduled) is counted too: its key is looked at for nothing, which changes nothing.
+  IF NOT EXISTS (SELECT 1 FROM released_new AS n WHERE n.ordering_key IS NOT NULL AND NOT ((n.state = 'active' OR NOT n.blocked) AND (n.state IN ('scheduled', 'available', 'active', 'retrying') OR (n.state = 'dead' AND n.hold_key_when_dead)))) THEN
     RETURN NULL; -- claims, heartbeats, jobs without keys
   END IF;
   -- Their rows, locked in key order (two statements cannot lock them crosswise), and made again
   -- where pruning removed one.
   FOR key_queue, key_name IN
     SELECT DISTINCT n.queue, n.ordering_key FROM released_new AS n
-     WHERE n.ordering_key IS NOT NULL AND NOT (n.state IN ('scheduled', 'available', 'active', 'retrying') OR (n.state = 'dead' AND n.hold_key_when_dead))
+     WHERE n.ordering_key IS NOT NULL AND NOT ((n.state = 'active' OR NOT n.blocked) AND (n.state IN ('scheduled', 'available', 'active', 'retrying') OR (n.state = 'dead' AND n.hold_key_when_dead)))
      ORDER BY 1, 2
   LOOP
     PERFORM 1 FROM ordering_keys WHERE queue = key_queue AND key = key_name FOR UPDATE;
@@ -315,10 +316,10 @@ BEGIN
                AND j.state IN ('scheduled', 'available', 'retrying')
              ORDER BY j.ordering_seq LIMIT 1) AS next_id,
            EXISTS (SELECT 1 FROM jobs AS h
-                    WHERE h.queue = r.queue AND h.ordering_key = r.key AND NOT h.blocked
+                    WHERE h.queue = r.queue AND h.ordering_key = r.key AND (h.state = 'active' OR NOT h.blocked)
                       AND (h.state IN ('scheduled', 'available', 'active', 'retrying') OR (h.state = 'dead' AND h.hold_key_when_dead))) AS held
       FROM (SELECT DISTINCT n.queue, n.ordering_key AS key FROM released_new AS n
-             WHERE n.ordering_key IS NOT NULL AND NOT (n.state IN ('scheduled', 'available', 'active', 'retrying') OR (n.state = 'dead' AND n.hold_key_when_dead))) AS r) AS k
+             WHERE n.ordering_key IS NOT NULL AND NOT ((n.state = 'active' OR NOT n.blocked) AND (n.state IN ('scheduled', 'available', 'active', 'retrying') OR (n.state = 'dead' AND n.hold_key_when_dead)))) AS r) AS k
    WHERE k.next_id IS NOT NULL AND NOT k.held;
   IF next_ids IS NULL THEN
     RETURN NULL;

@@ -32,7 +32,8 @@ interface Bench extends TestMailroom {
   queries: JobQueries;
   s: string;
   reset(): Promise<void>;
-  claim(n: number, worker: string): Promise<ClaimedRow[]>;
+  /** Claims up to n jobs, with up to `followers` jobs behind each head of an ordering key. */
+  claim(n: number, worker: string, followers?: number): Promise<ClaimedRow[]>;
   /** Makes the job's lease run out (the worker paused past it). */
   expire(id: string): Promise<void>;
   row(id: string): Promise<{ state: string; claim_count: number; attempt: number; locked_until: Date | null }>;
@@ -53,7 +54,7 @@ async function openBench(db: TestDatabase, after: (fn: () => Promise<void>) => v
     reset: async () => {
       await opened.sql(`TRUNCATE ${s}.jobs, ${s}.job_errors, ${s}.ordering_keys, ${s}.race_effects CASCADE`);
     },
-    claim: async (n, worker) => (await driver.run<ClaimedRow>(queries.claim, [QUEUE, n, LEASE_MS, worker])).rows,
+    claim: async (n, worker, followers = 0) => (await driver.run<ClaimedRow>(queries.claim, [QUEUE, n, LEASE_MS, worker, followers])).rows,
     expire: async (id) => {
       await opened.sql(`UPDATE ${s}.jobs SET locked_until = now() - interval '1 second' WHERE id = $1`, [id]);
     },
@@ -71,7 +72,7 @@ function modes(db: TestDatabase): fc.Arbitrary<Mode> {
 }
 
 for (const db of testDatabases()) {
-  test(`${db.name}: workers claiming at once never claim a job twice, nor two jobs of one ordering key`, async (t) => {
+  test(`${db.name}: workers claiming at once never claim a job twice, nor jobs of one ordering key in two workers or out of order`, async (t) => {
     const bench = await openBench(db, (fn) => t.after(fn));
     await fc.assert(
       fc.asyncProperty(
@@ -79,21 +80,35 @@ for (const db of testDatabases()) {
         modes(db),
         fc.array(fc.constantFrom<string | null>(null, 'a', 'b'), { minLength: 1, maxLength: 8 }),
         fc.array(fc.array(fc.integer({ min: 1, max: 4 }), { minLength: 1, maxLength: 3 }), { minLength: 2, maxLength: 3 }),
-        async (s, mode, keys, workers) => {
+        fc.constantFrom(0, 2),
+        async (s, mode, keys, workers, followers) => {
           await bench.reset();
           for (const [n, key] of keys.entries()) await bench.mailroom.enqueue(raceJob, { n }, key === null ? {} : { orderingKey: key });
-          const actors = Object.fromEntries(workers.map((batches, w) => [`worker ${w}`, batches.map((n) => () => bench.claim(n, `w${w}`))]));
+          const actors = Object.fromEntries(workers.map((batches, w) => [`worker ${w}`, batches.map((n) => () => bench.claim(n, `w${w}`, followers))]));
           const results = await interleave(s, mode, actors);
           const claimed = Object.values(results).flat(2) as ClaimedRow[];
           const ids = claimed.map((r) => r.id);
           assert.equal(new Set(ids).size, ids.length, 'a job was claimed twice');
-          const active = await bench.sql<{ id: string; ordering_key: string | null; claim_count: number }>(
-            `SELECT id, ordering_key, claim_count FROM ${bench.s}.jobs WHERE state = 'active' ORDER BY id`,
+          const active = await bench.sql<{ id: string; ordering_key: string | null; claim_count: number; locked_by: string; blocked: boolean }>(
+            `SELECT id, ordering_key, claim_count, locked_by, blocked FROM ${bench.s}.jobs WHERE state = 'active' ORDER BY id`,
           );
           assert.deepEqual(active.map((r) => r.id), [...ids].sort(), 'the active jobs are exactly the claimed ones');
           assert.ok(active.every((r) => r.claim_count === 1));
-          const keysActive = active.flatMap((r) => (r.ordering_key === null ? [] : [r.ordering_key]));
-          assert.equal(new Set(keysActive).size, keysActive.length, 'two jobs of one ordering key are active at once');
+          const heads = active.flatMap((r) => (r.ordering_key === null || r.blocked ? [] : [r.ordering_key]));
+          assert.equal(new Set(heads).size, heads.length, 'two heads of one ordering key are active at once');
+          if (followers === 0) assert.ok(active.every((r) => !r.blocked), 'no follower claimed when none was asked for');
+          for (const key of new Set(active.flatMap((r) => (r.ordering_key === null ? [] : [r.ordering_key])))) {
+            const ofKey = active.filter((r) => r.ordering_key === key);
+            assert.equal(new Set(ofKey.map((r) => r.locked_by)).size, 1, `the active jobs of key ${key} belong to one worker`);
+            assert.equal(ofKey.filter((r) => !r.blocked).length, 1, `key ${key} has one head among its active jobs`);
+          }
+          // The active jobs of a key are its first ones: none waiting comes before an active one.
+          const skipped = await bench.sql<{ n: number }>(
+            `SELECT count(*)::int AS n FROM ${bench.s}.jobs AS w
+              WHERE w.state = 'available' AND EXISTS (SELECT 1 FROM ${bench.s}.jobs AS a WHERE a.state = 'active'
+                AND a.ordering_key = w.ordering_key AND a.ordering_seq > w.ordering_seq)`,
+          );
+          assert.equal(skipped[0]!.n, 0, 'a job of a key was claimed ahead of an earlier one');
           // Nothing claimable was left while a claim came back short in stepwise order (in overlap, SKIP LOCKED may).
           if (mode === 'stepwise' && workers.flat().reduce((a, b) => a + b, 0) > claimed.length) {
             const left = await bench.sql<{ n: number }>(`SELECT count(*)::int AS n FROM ${bench.s}.jobs WHERE state = 'available' AND NOT blocked`);

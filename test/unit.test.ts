@@ -376,6 +376,9 @@ describe('decideFailure', () => {
     traceparent: null,
     created_at: new Date(),
     expires_at: null,
+    ordering_key: null,
+    ordering_seq: null,
+    blocked: false,
   });
   const job = (retry: RetryOptions, extra: Parameters<typeof defineJob>[1] = {}) =>
     defineJob(`unit.decide.${seq++}`, { retry, ...extra });

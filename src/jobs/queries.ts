@@ -33,8 +33,10 @@ export const CLAIM_SET = `state = 'active', attempt = j.attempt + 1, claim_count
 
 /** The columns a claim returns (see ClaimedRow). */
 export const CLAIM_RETURNING = `j.id, j.queue, j.type, j.payload, j.attempt, j.max_attempts, j.claim_count, j.priority,
-    j.correlation_id, j.created_at, j.expires_at, j.traceparent`;
+    j.correlation_id, j.created_at, j.expires_at, j.traceparent, j.ordering_key, j.ordering_seq::text AS ordering_seq, j.blocked`;
 const UNFINISHED = `('scheduled', 'available', 'active', 'retrying')`;
+/** When lease rescue dead-letters a job (j, its expired row e): out of attempts (a follower that never started spent none), or past its max age. */
+const RESCUED_DEAD = `((NOT e.unstarted AND j.attempt >= j.max_attempts) OR COALESCE(j.expires_at < now(), false))`;
 
 /**
  * The state part of every fence on an active job (`alias`: the row's alias, or
@@ -104,19 +106,41 @@ export function jobQueries(quotedSchema: string): JobQueries {
       'find_by_key',
       `SELECT id, dedup_key FROM ${s}.jobs WHERE type = $1 AND dedup_key = ANY($2::text[]) AND state IN ${UNFINISHED}`,
     ),
-    // $1 queue, $2 batch size, $3 lease ms, $4 worker id. One queue per statement: with `queue = ANY(...)`
-    // PostgreSQL cannot walk the index in order and sorts the whole backlog.
+    // $1 queue, $2 batch size, $3 lease ms, $4 worker id, $5 followers per head. One queue per
+    // statement: with `queue = ANY(...)` PostgreSQL cannot walk the index in order and sorts the
+    // whole backlog. Behind each head with an ordering key it also takes up to $5 followers: the
+    // key's next jobs, as long as each is waiting, blocked and due (a run of them, stopping at the
+    // first that is not), shallowest first, within the batch size. Followers stay `blocked`; the
+    // worker runs each one only after the job before it is completed (see docs/ORDERING.md).
     claim: q(
       'claim',
-      `WITH next AS (
-         SELECT id FROM ${s}.jobs
+      `WITH heads AS (
+         SELECT id, ordering_key, ordering_seq FROM ${s}.jobs
           WHERE state IN ${WAITING} AND NOT blocked AND queue = $1::text AND run_at <= now()
           ORDER BY priority DESC, run_at, id
           LIMIT $2
-          FOR UPDATE SKIP LOCKED)
+          FOR UPDATE SKIP LOCKED),
+       followers AS (
+         SELECT f.id FROM heads AS h
+          CROSS JOIN LATERAL (
+            SELECT r.id, r.depth FROM (
+              SELECT n.id, row_number() OVER w AS depth,
+                     bool_and(n.state = 'available' AND n.blocked AND n.run_at <= now()) OVER w AS runnable
+                FROM (SELECT x.id, x.state, x.blocked, x.run_at, x.ordering_seq FROM ${s}.jobs AS x
+                       WHERE x.queue = $1::text AND x.ordering_key = h.ordering_key AND x.ordering_seq > h.ordering_seq
+                         AND x.state IN ${UNFINISHED}
+                       ORDER BY x.ordering_seq
+                       LIMIT $5) AS n
+              WINDOW w AS (ORDER BY n.ordering_seq)) AS r
+             WHERE r.runnable) AS f
+          WHERE h.ordering_key IS NOT NULL AND $5::int > 0
+          ORDER BY f.depth
+          LIMIT GREATEST(0, $2 - (SELECT count(*) FROM heads))),
+       picked AS (SELECT id, false AS follower FROM heads UNION ALL SELECT id, true FROM followers)
        UPDATE ${s}.jobs AS j
           SET ${CLAIM_SET}
-         FROM next WHERE j.id = next.id
+         FROM picked
+        WHERE j.id = picked.id AND (NOT picked.follower OR (j.state = 'available' AND j.blocked))
        RETURNING ${CLAIM_RETURNING}`,
     ),
     // $1 ids, $2 claim tokens
@@ -154,7 +178,7 @@ export function jobQueries(quotedSchema: string): JobQueries {
                 run_at = CASE WHEN d.retry THEN now() + $4::bigint * interval '1 millisecond' ELSE j.run_at END,
                 finished_at = CASE WHEN d.retry THEN NULL ELSE now() END,
                 dead_reason = CASE WHEN d.retry THEN NULL WHEN $3::boolean THEN 'max-age' ELSE $5 END,
-                locked_until = NULL,
+                locked_until = NULL, blocked = false,
                 last_error = jsonb_build_object('category', $6::text, 'message', $7::text)
            FROM decided AS d
           WHERE j.id = d.id AND j.claim_count = $2 AND ${activeFence('j')}
@@ -164,11 +188,13 @@ export function jobQueries(quotedSchema: string): JobQueries {
        RETURNING (SELECT state FROM updated) AS state, (SELECT run_at FROM updated) AS run_at`,
     ),
     // $1 id, $2 claim, $3 delay ms. Snooze and graceful release: back to waiting, the attempt not spent.
+    // `blocked = false` here and in `fail`: a job that ran is its key's head (a follower runs only
+    // after the jobs before it completed), so it keeps holding the key.
     reschedule: q(
       'reschedule',
       `UPDATE ${s}.jobs
           SET state = CASE WHEN $3::bigint > 0 THEN 'scheduled' ELSE 'available' END,
-              run_at = now() + $3::bigint * interval '1 millisecond', attempt = attempt - 1, locked_until = NULL
+              run_at = now() + $3::bigint * interval '1 millisecond', attempt = attempt - 1, locked_until = NULL, blocked = false
         WHERE id = $1 AND claim_count = $2 AND ${activeFence('jobs')}
        RETURNING id`,
     ),
@@ -189,18 +215,29 @@ export function jobQueries(quotedSchema: string): JobQueries {
        RETURNING j.id`,
     ),
     // $1 batch size, $2 message. Counts the attempt; touches a job only if still active with the claim it read.
+    // A follower (claimed behind its key's head, still blocked) with an unfinished job before it never
+    // started: it goes back to waiting behind its key, blocked, without spending the attempt. A job
+    // with none before it may have run (a follower starts once the job before it completed): its
+    // attempt counts, and as its key's head it holds the key (blocked = false).
     rescueExpired: q(
       'rescue',
       `WITH expired AS (
-         SELECT id, claim_count FROM ${s}.jobs
-          WHERE state = 'active' AND locked_until < now()
-          ORDER BY locked_until LIMIT $1
-          FOR UPDATE SKIP LOCKED),
+         SELECT x.id, x.claim_count,
+                x.blocked AND EXISTS (
+                  SELECT 1 FROM ${s}.jobs AS b
+                   WHERE b.queue = x.queue AND b.ordering_key = x.ordering_key AND b.ordering_seq < x.ordering_seq
+                     AND b.state IN ${UNFINISHED}) AS unstarted
+           FROM ${s}.jobs AS x
+          WHERE x.state = 'active' AND x.locked_until < now()
+          ORDER BY x.locked_until LIMIT $1
+          FOR UPDATE OF x SKIP LOCKED),
        updated AS (
          UPDATE ${s}.jobs AS j
-            SET state = CASE WHEN j.attempt >= j.max_attempts OR j.expires_at < now() THEN 'dead' ELSE 'retrying' END,
-                dead_reason = CASE WHEN j.attempt >= j.max_attempts THEN 'max-attempts' WHEN j.expires_at < now() THEN 'max-age' END,
-                finished_at = CASE WHEN j.attempt >= j.max_attempts OR j.expires_at < now() THEN now() END,
+            SET state = CASE WHEN ${RESCUED_DEAD} THEN 'dead' WHEN e.unstarted THEN 'available' ELSE 'retrying' END,
+                dead_reason = CASE WHEN NOT e.unstarted AND j.attempt >= j.max_attempts THEN 'max-attempts' WHEN j.expires_at < now() THEN 'max-age' END,
+                finished_at = CASE WHEN ${RESCUED_DEAD} THEN now() END,
+                attempt = CASE WHEN e.unstarted THEN j.attempt - 1 ELSE j.attempt END,
+                blocked = e.unstarted AND NOT ${RESCUED_DEAD},
                 run_at = now(), locked_until = NULL,
                 last_error = jsonb_build_object('category', 'lease-expired', 'message', $2::text)
            FROM expired AS e

@@ -66,11 +66,15 @@ export class QueueControls {
     this.refreshedAt = Date.now();
   }
 
-  /** Claims up to `limit` jobs from `queue`, within its shared limits if it has any. */
-  async claim(queue: string, limit: number, leaseMs: number, workerId: string): Promise<ClaimedRow[]> {
+  /**
+   * Claims up to `limit` jobs from `queue`, within its shared limits if it has any. Without limits,
+   * up to `followers` jobs behind each head of an ordering key come too (see Chains); a queue with
+   * limits counts every job it starts, so there each job is claimed as a head.
+   */
+  async claim(queue: string, limit: number, leaseMs: number, workerId: string, followers: number): Promise<ClaimedRow[]> {
     if (Date.now() - this.refreshedAt > REFRESH_MS) await this.refresh();
     const params = [queue, limit, leaseMs, workerId];
-    if (!this.controlled.has(queue)) return (await this.driver.run<ClaimedRow>(this.jobQueries.claim, params)).rows;
+    if (!this.controlled.has(queue)) return (await this.driver.run<ClaimedRow>(this.jobQueries.claim, [...params, followers])).rows;
     return this.driver.transaction(async (tx) => {
       await tx.query(this.queries.lock.text, [queue]);
       return (await tx.query<ClaimedRow>(this.queries.claimControlled.text, params)).rows;

@@ -76,4 +76,10 @@ export interface ClaimedRow {
   /** W3C trace context the job was enqueued in (or its event carried). */
   traceparent: string | null;
   expires_at: Date | null;
+  /** The job's ordering key, if it has one. */
+  ordering_key: string | null;
+  /** Its place among the key's jobs (a bigint as text), if it has a key. */
+  ordering_seq: string | null;
+  /** True for a follower: claimed behind its key's head, to run only after the job before it completed. */
+  blocked: boolean;
 }

@@ -13,6 +13,7 @@ import type { ClaimedRow, JobHandler } from './types.ts';
 import type { ControlQueries } from '../jobs/control-queries.ts';
 import { QueueControls } from './queue-controls.ts';
 import { HeldJobs } from './held-jobs.ts';
+import { Chains, FOLLOWERS_PER_HEAD } from './chains.ts';
 import { JobRun } from './job-run.ts';
 import { SerialLane } from './serial-lane.ts';
 import { Waker } from './waker.ts';
@@ -62,6 +63,8 @@ export class Worker extends SafeEmitter<WorkerEvents> {
   private readonly prefetch: number;
   /** Claimed jobs waiting for a free slot (prefetch); leased and heartbeated. */
   private readonly buffer = new HeldJobs();
+  /** Claimed followers of ordering keys, each waiting for the job before it to complete; leased and heartbeated. */
+  private readonly chains = new Chains();
   private readonly leaseMs: number;
   private readonly pollMs: number;
   /** Jobs whose handler runs now; they count against concurrency. */
@@ -208,6 +211,7 @@ export class Worker extends SafeEmitter<WorkerEvents> {
     this.running.clear();
     this.finishing.clear();
     this.buffer.takeAll();
+    this.chains.takeAll();
     this.poke();
     void this.unlisten?.().catch(() => {});
   }
@@ -230,7 +234,7 @@ export class Worker extends SafeEmitter<WorkerEvents> {
     let errorDelay = 0;
     while (this.state === 'running') {
       this.startBuffered();
-      const free = this.concurrency + this.prefetch - this.running.size - this.buffer.size;
+      const free = this.concurrency + this.prefetch - this.running.size - this.buffer.size - this.chains.size;
       // Jobs whose outcome is still being written hold their claims too. Up to two more full sets of them
       // is normal (a completion batch in flight and the next one filling); past that, completions are
       // falling behind: stop claiming until they catch up, so at most 3 x (concurrency + prefetch) jobs
@@ -256,7 +260,9 @@ export class Worker extends SafeEmitter<WorkerEvents> {
         await this.release(rows);
         break;
       }
-      this.buffer.push(rows);
+      const { run, orphans } = this.chains.split(rows);
+      if (orphans.length > 0) void this.release(orphans);
+      this.buffer.push(run);
       this.startBuffered();
       if (rows.length < free) await this.sleep(this.pollMs);
       else await new Promise<void>((resolve) => setImmediate(resolve));
@@ -268,9 +274,26 @@ export class Worker extends SafeEmitter<WorkerEvents> {
     while (this.buffer.size > 0 && this.running.size < this.concurrency && this.state === 'running') this.run(this.buffer.take()!);
   }
 
-  /** Hands the buffered jobs back to the queue, attempt not spent (graceful stop). */
+  /** Hands the buffered jobs and followers back to the queue, attempt not spent (graceful stop). */
   private releaseBuffered(): Promise<void> {
-    return this.release(this.buffer.takeAll());
+    return this.release([...this.buffer.takeAll(), ...this.chains.takeAll()]);
+  }
+
+  /**
+   * A job's outcome is settled: if it was completed (committed), the follower
+   * behind it may start; otherwise the followers behind it are handed back.
+   */
+  private afterJob(row: ClaimedRow, completed: boolean): void {
+    if (this.chains.size === 0 || this.abandoned) return;
+    if (completed && this.state === 'running') {
+      const next = this.chains.next(row.id);
+      if (next === undefined) return;
+      this.buffer.push([next]);
+      this.startBuffered();
+      return;
+    }
+    const rest = this.chains.drop(row.id);
+    if (rest.length > 0) void this.release(rest);
   }
 
   /** Claims up to `limit` jobs, one statement per queue, starting from a rotating queue for fairness. */
@@ -279,7 +302,7 @@ export class Worker extends SafeEmitter<WorkerEvents> {
     const start = this.nextQueue++ % this.queues.length;
     for (let i = 0; i < this.queues.length && claimed.length < limit; i++) {
       const queue = this.queues[(start + i) % this.queues.length]!;
-      claimed.push(...(await this.controls.claim(queue, limit - claimed.length, this.leaseMs, this.id)));
+      claimed.push(...(await this.controls.claim(queue, limit - claimed.length, this.leaseMs, this.id, FOLLOWERS_PER_HEAD)));
     }
     return claimed;
   }
@@ -334,31 +357,41 @@ export class Worker extends SafeEmitter<WorkerEvents> {
             else this.emit('stale', refOf(row));
           }
           settle();
+          this.afterJob(row, recorded);
           // A committed completion may have unblocked the next job of an ordering key: look again.
           if (this.state === 'running') this.poke();
         },
         (error: unknown) => {
           this.report(error);
           settle();
+          this.afterJob(row, false);
         },
       );
       return;
     }
-    this.record(entry, outcome, tx).then(settle, (error: unknown) => {
-      this.report(error);
-      settle();
-    });
+    this.record(entry, outcome, tx).then(
+      (completed) => {
+        settle();
+        this.afterJob(row, completed);
+      },
+      (error: unknown) => {
+        this.report(error);
+        settle();
+        this.afterJob(row, false);
+      },
+    );
   }
 
-  private async record(entry: JobRun, outcome: Outcome, tx: HandlerTransaction | undefined): Promise<void> {
+  /** Writes a job's outcome (other than the batched completion); resolves to true if it was recorded as completed. */
+  private async record(entry: JobRun, outcome: Outcome, tx: HandlerTransaction | undefined): Promise<boolean> {
     if (entry.settled || outcome.kind === 'abandoned') {
       await tx?.rollback();
-      return;
+      return false;
     }
     entry.settled = true;
     const { row } = entry;
     const result = await recordOutcome(this.recordDeps, row, outcome, tx, entry.inboxKey);
-    if (this.abandoned) return;
+    if (this.abandoned) return false;
     const job = refOf(row);
     switch (result.kind) {
       case 'completed':
@@ -386,6 +419,7 @@ export class Worker extends SafeEmitter<WorkerEvents> {
       case 'unknown':
         break;
     }
+    return result.kind === 'completed';
   }
 
   /** Hands claimed jobs back in one statement (graceful stop); a job no longer ours is left alone. */
@@ -432,13 +466,19 @@ export class Worker extends SafeEmitter<WorkerEvents> {
   private async renewLeases(): Promise<void> {
     const entries = [...this.running.values(), ...this.finishing.values()];
     const held = this.buffer.toArray();
-    const leased = [...entries.map((e) => e.row), ...held];
+    const followers = this.chains.toArray();
+    const leased = [...entries.map((e) => e.row), ...held, ...followers];
     if (leased.length === 0) return;
     const { rows } = await this.driver.run<{ id: string }>(this.queries.heartbeat, [leased.map((r) => r.id), leased.map((r) => r.claim_count), this.leaseMs]);
     const kept = new Set(rows.map((r) => r.id));
     // A held (prefetched) job whose lease was lost (rescued) is dropped before it starts.
     const lost = new Set(held.filter((row) => !kept.has(row.id)));
     for (const row of this.buffer.remove(lost)) this.emit('stale', refOf(row));
+    // A lost follower is dropped with the rest of its chain, which must not run before it.
+    const lostFollowers = new Set(followers.filter((row) => !kept.has(row.id)).map((row) => row.id));
+    const { lost: dropped, rest } = this.chains.removeLost(lostFollowers);
+    for (const row of dropped) this.emit('stale', refOf(row));
+    if (rest.length > 0) void this.release(rest);
     for (const e of entries) {
       if (!kept.has(e.row.id) && !e.settled && (this.running.get(e.row.id) === e || this.finishing.get(e.row.id) === e)) {
         // Lease lost (rescued, maybe running elsewhere): stop the handler; its result would be refused anyway.
