@@ -81,6 +81,8 @@ export class Worker extends SafeEmitter<WorkerEvents> {
   /** Cuts the claim loop's sleep short (NOTIFY, a finished job, a stop). */
   private readonly waker = new Waker();
   private nextQueue = 0;
+  /** The last claim came back short: a finished handler alone is no reason to claim again (see finished). */
+  private starved = false;
   private readonly controls: QueueControls;
   private readonly recordDeps: RecordDeps;
   private readonly executionDeps: ExecutionDeps;
@@ -247,6 +249,7 @@ export class Worker extends SafeEmitter<WorkerEvents> {
       let rows: ClaimedRow[];
       try {
         rows = await this.claim(free);
+        this.starved = rows.length < free;
         errorDelay = 0;
       } catch (error) {
         this.report(error);
@@ -282,18 +285,20 @@ export class Worker extends SafeEmitter<WorkerEvents> {
   /**
    * A job's outcome is settled: if it was completed (committed), the follower
    * behind it may start; otherwise the followers behind it are handed back.
+   * Returns true when a follower was started.
    */
-  private afterJob(row: ClaimedRow, completed: boolean): void {
-    if (this.chains.size === 0 || this.abandoned) return;
+  private afterJob(row: ClaimedRow, completed: boolean): boolean {
+    if (this.chains.size === 0 || this.abandoned) return false;
     if (completed && this.state === 'running') {
       const next = this.chains.next(row.id);
-      if (next === undefined) return;
+      if (next === undefined) return false;
       this.buffer.push([next]);
       this.startBuffered();
-      return;
+      return true;
     }
     const rest = this.chains.drop(row.id);
     if (rest.length > 0) void this.release(rest);
+    return false;
   }
 
   /** Claims up to `limit` jobs, one statement per queue, starting from a rotating queue for fairness. */
@@ -338,7 +343,9 @@ export class Worker extends SafeEmitter<WorkerEvents> {
     if (this.running.get(row.id) === entry) this.running.delete(row.id);
     this.finishing.set(row.id, entry);
     this.startBuffered();
-    if (this.state === 'running') this.poke();
+    // A free slot is a reason to claim unless the last claim found too little; then new work announces
+    // itself (NOTIFY, a completion that may have let a key go, the poll).
+    if (this.state === 'running' && !this.starved) this.poke();
     const settle = (): void => {
       if (this.finishing.get(row.id) === entry) this.finishing.delete(row.id);
       for (const notify of this.settledWaiters) notify();
@@ -357,9 +364,9 @@ export class Worker extends SafeEmitter<WorkerEvents> {
             else this.emit('stale', refOf(row));
           }
           settle();
-          this.afterJob(row, recorded);
-          // A committed completion may have unblocked the next job of an ordering key: look again.
-          if (this.state === 'running') this.poke();
+          // A committed completion may have unblocked the next job of an ordering key: look again,
+          // unless this worker holds that next job (a follower) and just started it.
+          if (!this.afterJob(row, recorded) && this.state === 'running') this.poke();
         },
         (error: unknown) => {
           this.report(error);
