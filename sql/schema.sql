@@ -283,8 +283,9 @@ CREATE OR REPLACE FUNCTION :"schema".ordering_release()
  SET enable_mergejoin TO 'off'
 AS $function$
 DECLARE
-  key_queue text;
-  key_name text;
+  key_queues text[];
+  key_names text[];
+  locked int;
   next_ids uuid[];
   woken text;
 BEGIN
@@ -292,35 +293,42 @@ BEGIN
   -- finished, dead without hold_key_when_dead, or a claimed follower handed back unstarted (waiting
   -- and blocked again). A row that did not hold it before either (a dead job discarded, a blocked
   -- job rescheduled) is counted too: its key is looked at for nothing, which changes nothing.
-  IF NOT EXISTS (SELECT 1 FROM released_new AS n WHERE n.ordering_key IS NOT NULL AND NOT ((n.state = 'active' OR NOT n.blocked) AND (n.state IN ('scheduled', 'available', 'active', 'retrying') OR (n.state = 'dead' AND n.hold_key_when_dead)))) THEN
+  SELECT array_agg(d.queue ORDER BY d.queue, d.key), array_agg(d.key ORDER BY d.queue, d.key)
+    INTO key_queues, key_names
+    FROM (SELECT DISTINCT n.queue, n.ordering_key AS key FROM released_new AS n WHERE n.ordering_key IS NOT NULL AND NOT ((n.state = 'active' OR NOT n.blocked) AND (n.state IN ('scheduled', 'available', 'active', 'retrying') OR (n.state = 'dead' AND n.hold_key_when_dead)))) AS d;
+  IF key_queues IS NULL THEN
     RETURN NULL; -- claims, heartbeats, jobs without keys
   END IF;
-  -- Their rows, locked in key order (two statements cannot lock them crosswise), and made again
-  -- where pruning removed one.
-  FOR key_queue, key_name IN
-    SELECT DISTINCT n.queue, n.ordering_key FROM released_new AS n
-     WHERE n.ordering_key IS NOT NULL AND NOT ((n.state = 'active' OR NOT n.blocked) AND (n.state IN ('scheduled', 'available', 'active', 'retrying') OR (n.state = 'dead' AND n.hold_key_when_dead)))
-     ORDER BY 1, 2
-  LOOP
-    PERFORM 1 FROM ordering_keys WHERE queue = key_queue AND key = key_name FOR UPDATE;
-    IF NOT FOUND THEN
-      INSERT INTO ordering_keys (queue, key) VALUES (key_queue, key_name)
+  -- Their rows, locked in key order in one statement (two statements cannot lock them crosswise)...
+  SELECT count(*) INTO locked FROM (
+    SELECT 1 FROM ordering_keys AS o
+      JOIN unnest(key_queues, key_names) AS u(queue, key) ON o.queue = u.queue AND o.key = u.key
+     ORDER BY o.queue, o.key
+     FOR UPDATE OF o) AS l;
+  -- ...and made again, in key order, where pruning removed one (a row already locked is taken again at once).
+  IF locked < cardinality(key_queues) THEN
+    FOR i IN 1 .. cardinality(key_queues) LOOP
+      INSERT INTO ordering_keys (queue, key) VALUES (key_queues[i], key_names[i])
         ON CONFLICT (queue, key) DO UPDATE SET touched_at = now();
-    END IF;
-  END LOOP;
-  -- With the locks held, this statement's snapshot sees every committed job of those keys: the
-  -- next job of each key that no other job holds...
-  SELECT array_agg(k.next_id) INTO next_ids FROM (
-    SELECT (SELECT j.id FROM jobs AS j
-             WHERE j.queue = r.queue AND j.ordering_key = r.key AND j.blocked
-               AND j.state IN ('scheduled', 'available', 'retrying')
-             ORDER BY j.ordering_seq LIMIT 1) AS next_id,
-           EXISTS (SELECT 1 FROM jobs AS h
-                    WHERE h.queue = r.queue AND h.ordering_key = r.key AND (h.state = 'active' OR NOT h.blocked)
-                      AND (h.state IN ('scheduled', 'available', 'active', 'retrying') OR (h.state = 'dead' AND h.hold_key_when_dead))) AS held
-      FROM (SELECT DISTINCT n.queue, n.ordering_key AS key FROM released_new AS n
-             WHERE n.ordering_key IS NOT NULL AND NOT ((n.state = 'active' OR NOT n.blocked) AND (n.state IN ('scheduled', 'available', 'active', 'retrying') OR (n.state = 'dead' AND n.hold_key_when_dead)))) AS r) AS k
-   WHERE k.next_id IS NOT NULL AND NOT k.held;
+    END LOOP;
+  END IF;
+  -- With the locks held, this statement's snapshot sees every committed job of those keys: of the
+  -- keys no job holds any more (most keys a worker's chain goes on with are still held by its next
+  -- job, and cost this one probe), the next job...
+  -- (The holder probe is a scalar subquery, not NOT EXISTS, which PostgreSQL may turn into a join
+  -- that reads every holder when it planned on a nearly empty table.)
+  WITH free AS MATERIALIZED (
+    SELECT u.queue, u.key FROM unnest(key_queues, key_names) AS u(queue, key)
+     WHERE (SELECT h.id FROM jobs AS h
+             WHERE h.queue = u.queue AND h.ordering_key = u.key AND (h.state = 'active' OR NOT h.blocked)
+               AND (h.state IN ('scheduled', 'available', 'active', 'retrying') OR (h.state = 'dead' AND h.hold_key_when_dead))
+             LIMIT 1) IS NULL)
+  SELECT array_agg(nx.id) INTO next_ids
+    FROM free AS f
+    CROSS JOIN LATERAL (SELECT j.id FROM jobs AS j
+                         WHERE j.queue = f.queue AND j.ordering_key = f.key AND j.blocked
+                           AND j.state IN ('scheduled', 'available', 'retrying')
+                         ORDER BY j.ordering_seq LIMIT 1) AS nx;
   IF next_ids IS NULL THEN
     RETURN NULL;
   END IF;

@@ -32,8 +32,8 @@ interface Bench extends TestMailroom {
   queries: JobQueries;
   s: string;
   reset(): Promise<void>;
-  /** Claims up to n jobs, with up to `followers` jobs behind each head of an ordering key. */
-  claim(n: number, worker: string, followers?: number): Promise<ClaimedRow[]>;
+  /** Claims up to n jobs, with up to `followers` jobs behind each head of an ordering key and behind each anchor (a claimed job). */
+  claim(n: number, worker: string, followers?: number, anchors?: ClaimedRow[]): Promise<ClaimedRow[]>;
   /** Makes the job's lease run out (the worker paused past it). */
   expire(id: string): Promise<void>;
   row(id: string): Promise<{ state: string; claim_count: number; attempt: number; locked_until: Date | null }>;
@@ -54,7 +54,8 @@ async function openBench(db: TestDatabase, after: (fn: () => Promise<void>) => v
     reset: async () => {
       await opened.sql(`TRUNCATE ${s}.jobs, ${s}.job_errors, ${s}.ordering_keys, ${s}.race_effects CASCADE`);
     },
-    claim: async (n, worker, followers = 0) => (await driver.run<ClaimedRow>(queries.claim, [QUEUE, n, LEASE_MS, worker, followers])).rows,
+    claim: async (n, worker, followers = 0, anchors = []) =>
+      (await driver.run<ClaimedRow>(queries.claim, [QUEUE, n, LEASE_MS, worker, followers, anchors.map((a) => a.id), anchors.map((a) => a.claim_count)])).rows,
     expire: async (id) => {
       await opened.sql(`UPDATE ${s}.jobs SET locked_until = now() - interval '1 second' WHERE id = $1`, [id]);
     },
@@ -84,7 +85,17 @@ for (const db of testDatabases()) {
         async (s, mode, keys, workers, followers) => {
           await bench.reset();
           for (const [n, key] of keys.entries()) await bench.mailroom.enqueue(raceJob, { n }, key === null ? {} : { orderingKey: key });
-          const actors = Object.fromEntries(workers.map((batches, w) => [`worker ${w}`, batches.map((n) => () => bench.claim(n, `w${w}`, followers))]));
+          // Each worker's later claims also extend its chains: the last job it holds of each key is an anchor.
+          const held = workers.map(() => new Map<string, ClaimedRow>());
+          const claimAs = (w: number, n: number) => async () => {
+            const rows = await bench.claim(n, `w${w}`, followers, followers > 0 ? [...held[w]!.values()] : []);
+            for (const row of rows) {
+              const tail = row.ordering_key === null ? undefined : held[w]!.get(row.ordering_key);
+              if (row.ordering_key !== null && (tail === undefined || BigInt(tail.ordering_seq!) < BigInt(row.ordering_seq!))) held[w]!.set(row.ordering_key, row);
+            }
+            return rows;
+          };
+          const actors = Object.fromEntries(workers.map((batches, w) => [`worker ${w}`, batches.map((n) => claimAs(w, n))]));
           const results = await interleave(s, mode, actors);
           const claimed = Object.values(results).flat(2) as ClaimedRow[];
           const ids = claimed.map((r) => r.id);

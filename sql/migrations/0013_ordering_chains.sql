@@ -56,11 +56,14 @@ BEGIN
   -- With the locks held, this statement's snapshot sees every committed job of those keys: of the
   -- keys no job holds any more (most keys a worker's chain goes on with are still held by its next
   -- job, and cost this one probe), the next job...
+  -- (The holder probe is a scalar subquery, not NOT EXISTS, which PostgreSQL may turn into a join
+  -- that reads every holder when it planned on a nearly empty table.)
   WITH free AS MATERIALIZED (
     SELECT u.queue, u.key FROM unnest(key_queues, key_names) AS u(queue, key)
-     WHERE NOT EXISTS (SELECT 1 FROM jobs AS h
-                        WHERE h.queue = u.queue AND h.ordering_key = u.key AND (h.state = 'active' OR NOT h.blocked)
-                          AND (h.state IN ('scheduled', 'available', 'active', 'retrying') OR (h.state = 'dead' AND h.hold_key_when_dead))))
+     WHERE (SELECT h.id FROM jobs AS h
+             WHERE h.queue = u.queue AND h.ordering_key = u.key AND (h.state = 'active' OR NOT h.blocked)
+               AND (h.state IN ('scheduled', 'available', 'active', 'retrying') OR (h.state = 'dead' AND h.hold_key_when_dead))
+             LIMIT 1) IS NULL)
   SELECT array_agg(nx.id) INTO next_ids
     FROM free AS f
     CROSS JOIN LATERAL (SELECT j.id FROM jobs AS j

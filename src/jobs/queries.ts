@@ -106,12 +106,14 @@ export function jobQueries(quotedSchema: string): JobQueries {
       'find_by_key',
       `SELECT id, dedup_key FROM ${s}.jobs WHERE type = $1 AND dedup_key = ANY($2::text[]) AND state IN ${UNFINISHED}`,
     ),
-    // $1 queue, $2 batch size, $3 lease ms, $4 worker id, $5 followers per head. One queue per
-    // statement: with `queue = ANY(...)` PostgreSQL cannot walk the index in order and sorts the
-    // whole backlog. Behind each head with an ordering key it also takes up to $5 followers: the
-    // key's next jobs, as long as each is waiting, blocked and due (a run of them, stopping at the
-    // first that is not), shallowest first, within the batch size. Followers stay `blocked`; the
-    // worker runs each one only after the job before it is completed (see docs/ORDERING.md).
+    // $1 queue, $2 batch size, $3 lease ms, $4 worker id, $5 followers per head, $6 anchor ids,
+    // $7 their claim tokens. One queue per statement: with `queue = ANY(...)` PostgreSQL cannot walk
+    // the index in order and sorts the whole backlog. Behind each head with an ordering key, and
+    // behind each anchor (the last follower of one of this worker's chains, still active with its
+    // claim, locked here so that nothing of its key changes meanwhile), it also takes up to $5
+    // followers: the key's next jobs, as long as each is waiting, blocked and due (a run of them,
+    // stopping at the first that is not), shallowest first, within the batch size. Followers stay
+    // `blocked`; the worker runs each only after the job before it completed (docs/ORDERING.md).
     claim: q(
       'claim',
       `WITH heads AS (
@@ -120,8 +122,13 @@ export function jobQueries(quotedSchema: string): JobQueries {
           ORDER BY priority DESC, run_at, id
           LIMIT $2
           FOR UPDATE SKIP LOCKED),
+       anchors AS (
+         SELECT a.id, a.ordering_key, a.ordering_seq FROM ${s}.jobs AS a
+           JOIN unnest($6::uuid[], $7::int[]) AS t(id, claim) ON a.id = t.id AND a.claim_count = t.claim
+          WHERE ${activeFence('a')} AND a.queue = $1::text AND a.ordering_key IS NOT NULL
+          FOR UPDATE OF a SKIP LOCKED),
        followers AS (
-         SELECT f.id FROM heads AS h
+         SELECT f.id FROM (SELECT * FROM heads WHERE ordering_key IS NOT NULL UNION ALL SELECT * FROM anchors) AS h
           CROSS JOIN LATERAL (
             SELECT r.id, r.depth FROM (
               SELECT n.id, row_number() OVER w AS depth,
@@ -133,7 +140,7 @@ export function jobQueries(quotedSchema: string): JobQueries {
                        LIMIT $5) AS n
               WINDOW w AS (ORDER BY n.ordering_seq)) AS r
              WHERE r.runnable) AS f
-          WHERE h.ordering_key IS NOT NULL AND $5::int > 0
+          WHERE $5::int > 0
           ORDER BY f.depth
           LIMIT GREATEST(0, $2 - (SELECT count(*) FROM heads))),
        picked AS (SELECT id, false AS follower FROM heads UNION ALL SELECT id, true FROM followers)

@@ -1,14 +1,33 @@
 import type { ClaimedRow } from './types.ts';
 
-/** How many jobs behind each head of an ordering key a claim may take (see Chains). */
+/** How many jobs behind each head (or chain tail) of an ordering key a claim may take (see Chains). */
 export const FOLLOWERS_PER_HEAD = 8;
+
+/** A chain with this many followers left (or fewer) asks the next claim for more behind its tail. */
+export const EXTEND_AT = 3;
 
 /** What a claim's rows split into. */
 export interface ClaimSplit {
   /** Jobs that may start now: heads of keys and jobs without a key. */
   run: ClaimedRow[];
-  /** Followers whose head is not among the rows (not expected): to hand back at once. */
+  /** Followers with no chain to join (the chain ended meanwhile): to hand back at once. */
   orphans: ClaimedRow[];
+}
+
+/** The tail of a chain that may take more followers: its id and claim token. */
+export interface ChainAnchor {
+  id: string;
+  claim: number;
+}
+
+interface Chain {
+  key: string;
+  /** The job the first follower waits for (a head, or a follower that started). */
+  waitingOn: string;
+  /** Followers not started yet, in key order. */
+  list: ClaimedRow[];
+  /** No more followers are asked for behind this chain (a claim brought none, or one was lost). */
+  closed: boolean;
 }
 
 /**
@@ -18,7 +37,8 @@ export interface ClaimSplit {
  * committed, so a key's handlers still run one at a time in enqueue order,
  * across a crash too. If the job before it ends any other way (failed,
  * snoozed, lease lost), the followers behind it are handed back, and the key
- * moves on through the database as for any other job.
+ * moves on through the database as for any other job. A chain running low
+ * asks the next claim for more followers behind its last one (`anchors`).
  *
  * @example
  * const { run } = chains.split(claimedRows); // followers stay here
@@ -26,18 +46,42 @@ export interface ClaimSplit {
  * const next = chains.next(id);              // the follower that may start now, if any
  */
 export class Chains {
-  /** By the id of the job each chain waits for: the rest of the chain, in key order. */
-  private readonly waiting = new Map<string, ClaimedRow[]>();
+  private readonly byWaitingOn = new Map<string, Chain>();
+  private readonly byKey = new Map<string, Chain>();
   private count = 0;
+  /** The chains whose tails the claim in flight was asked to extend. */
+  private asked: Chain[] = [];
 
   /** Followers held, all chains together. */
   get size(): number {
     return this.count;
   }
 
-  /** Keeps a claim's followers behind their heads; returns the jobs that may start now. */
+  /**
+   * The tails of the chains running low, for the next claim to take more
+   * followers behind (each is an unstarted follower, so no completion of it
+   * can be in flight). Remembers them until the claim's rows are `split`.
+   */
+  anchors(): ChainAnchor[] {
+    this.asked = [];
+    for (const chain of this.byKey.values()) {
+      if (chain.closed || chain.list.length === 0 || chain.list.length > EXTEND_AT) continue;
+      this.asked.push(chain);
+    }
+    return this.asked.map((c) => {
+      const tail = c.list[c.list.length - 1]!;
+      return { id: tail.id, claim: tail.claim_count };
+    });
+  }
+
+  /** Keeps a claim's followers behind their heads or chains; returns the jobs that may start now. */
   split(rows: readonly ClaimedRow[]): ClaimSplit {
-    if (!rows.some((r) => r.blocked)) return { run: [...rows], orphans: [] };
+    const asked = this.asked;
+    this.asked = [];
+    if (!rows.some((r) => r.blocked)) {
+      for (const chain of asked) chain.closed = true;
+      return { run: [...rows], orphans: [] };
+    }
     const run: ClaimedRow[] = [];
     const heads = new Map<string, ClaimedRow>();
     const followers = new Map<string, ClaimedRow[]>();
@@ -54,65 +98,86 @@ export class Chains {
     }
     const orphans: ClaimedRow[] = [];
     for (const [key, list] of followers) {
+      list.sort(bySeq);
       const head = heads.get(key);
-      if (head === undefined) {
+      const chain = this.byKey.get(key);
+      if (head !== undefined && chain === undefined) {
+        const fresh: Chain = { key, waitingOn: head.id, list, closed: false };
+        this.byKey.set(key, fresh);
+        this.byWaitingOn.set(head.id, fresh);
+      } else if (head === undefined && chain !== undefined && !chain.closed) {
+        chain.list.push(...list); // behind the tail it was asked to extend
+      } else {
         orphans.push(...list);
         continue;
       }
-      list.sort(bySeq);
-      this.waiting.set(head.id, list);
       this.count += list.length;
     }
+    for (const chain of asked) if (!followers.has(chain.key)) chain.closed = true;
     return { run, orphans };
   }
 
-  /** Job `id` was completed: the follower that may start now, if any (the rest of its chain waits for that one). */
-  next(id: string): ClaimedRow | undefined {
-    const list = this.waiting.get(id);
-    if (list === undefined) return undefined;
-    this.waiting.delete(id);
-    const first = list.shift()!;
+  /**
+   * Job `id` was completed: the follower that may start now, if any, and how
+   * many are left behind it. The chain then waits for that one.
+   */
+  next(id: string): { row: ClaimedRow; left: number } | undefined {
+    const chain = this.byWaitingOn.get(id);
+    if (chain === undefined) return undefined;
+    this.byWaitingOn.delete(id);
+    const row = chain.list.shift();
+    if (row === undefined) {
+      this.byKey.delete(chain.key); // the chain ran out: its key goes back to the database
+      return undefined;
+    }
     this.count -= 1;
-    if (list.length > 0) this.waiting.set(first.id, list);
-    return first;
+    chain.waitingOn = row.id;
+    this.byWaitingOn.set(row.id, chain);
+    return { row, left: chain.list.length };
   }
 
-  /** Job `id` ended otherwise: removes and returns the followers behind it, to hand back. */
+  /** Job `id` ended otherwise: ends its chain and returns the followers behind it, to hand back. */
   drop(id: string): ClaimedRow[] {
-    const list = this.waiting.get(id);
-    if (list === undefined) return [];
-    this.waiting.delete(id);
-    this.count -= list.length;
-    return list;
+    const chain = this.byWaitingOn.get(id);
+    if (chain === undefined) return [];
+    this.byWaitingOn.delete(id);
+    this.byKey.delete(chain.key);
+    chain.closed = true;
+    this.count -= chain.list.length;
+    return chain.list.splice(0);
   }
 
   /** Every follower held (a copy). */
   toArray(): ClaimedRow[] {
-    return [...this.waiting.values()].flat();
+    const all: ClaimedRow[] = [];
+    for (const chain of this.byKey.values()) all.push(...chain.list);
+    return all;
   }
 
-  /** Removes and returns every follower. */
+  /** Removes and returns every follower, ending every chain. */
   takeAll(): ClaimedRow[] {
     const all = this.toArray();
-    this.waiting.clear();
+    for (const chain of this.byKey.values()) chain.closed = true;
+    this.byKey.clear();
+    this.byWaitingOn.clear();
     this.count = 0;
     return all;
   }
 
   /**
    * Followers whose lease was lost are dropped, and so is the rest of their
-   * chains (they must not run before a lost one): returns the lost ones and
-   * the rest, to hand back.
+   * chains (they must not run before a lost one); such a chain takes no more
+   * followers. Returns the lost ones and the rest, to hand back.
    */
   removeLost(lostIds: ReadonlySet<string>): { lost: ClaimedRow[]; rest: ClaimedRow[] } {
     const lost: ClaimedRow[] = [];
     const rest: ClaimedRow[] = [];
     if (lostIds.size === 0) return { lost, rest };
-    for (const [id, list] of this.waiting) {
-      const at = list.findIndex((r) => lostIds.has(r.id));
+    for (const chain of this.byKey.values()) {
+      const at = chain.list.findIndex((r) => lostIds.has(r.id));
       if (at < 0) continue;
-      for (const row of list.splice(at)) (lostIds.has(row.id) ? lost : rest).push(row);
-      if (list.length === 0) this.waiting.delete(id);
+      chain.closed = true;
+      for (const row of chain.list.splice(at)) (lostIds.has(row.id) ? lost : rest).push(row);
     }
     this.count -= lost.length + rest.length;
     return { lost, rest };

@@ -4,6 +4,7 @@ import type { ControlQueries } from '../jobs/control-queries.ts';
 import type { JobQueries } from '../jobs/queries.ts';
 import type { Driver } from '../storage/driver.ts';
 import type { ClaimedRow } from './types.ts';
+import type { ChainAnchor } from './chains.ts';
 
 /** A rate limit shared by every process: at most `max` jobs started in any window of `per`. */
 export interface RateLimit {
@@ -68,13 +69,17 @@ export class QueueControls {
 
   /**
    * Claims up to `limit` jobs from `queue`, within its shared limits if it has any. Without limits,
-   * up to `followers` jobs behind each head of an ordering key come too (see Chains); a queue with
-   * limits counts every job it starts, so there each job is claimed as a head.
+   * up to `followers` jobs behind each head of an ordering key, and behind each of the `anchors`
+   * (the last followers of this worker's chains), come too (see Chains); a queue with limits counts
+   * every job it starts, so there each job is claimed as a head.
    */
-  async claim(queue: string, limit: number, leaseMs: number, workerId: string, followers: number): Promise<ClaimedRow[]> {
+  async claim(queue: string, limit: number, leaseMs: number, workerId: string, followers: number, anchors: readonly ChainAnchor[]): Promise<ClaimedRow[]> {
     if (Date.now() - this.refreshedAt > REFRESH_MS) await this.refresh();
     const params = [queue, limit, leaseMs, workerId];
-    if (!this.controlled.has(queue)) return (await this.driver.run<ClaimedRow>(this.jobQueries.claim, [...params, followers])).rows;
+    if (!this.controlled.has(queue)) {
+      const chained = [followers, anchors.map((a) => a.id), anchors.map((a) => a.claim)];
+      return (await this.driver.run<ClaimedRow>(this.jobQueries.claim, [...params, ...chained])).rows;
+    }
     return this.driver.transaction(async (tx) => {
       await tx.query(this.queries.lock.text, [queue]);
       return (await tx.query<ClaimedRow>(this.queries.claimControlled.text, params)).rows;

@@ -13,7 +13,7 @@ import type { ClaimedRow, JobHandler } from './types.ts';
 import type { ControlQueries } from '../jobs/control-queries.ts';
 import { QueueControls } from './queue-controls.ts';
 import { HeldJobs } from './held-jobs.ts';
-import { Chains, FOLLOWERS_PER_HEAD } from './chains.ts';
+import { Chains, EXTEND_AT, FOLLOWERS_PER_HEAD } from './chains.ts';
 import { JobRun } from './job-run.ts';
 import { SerialLane } from './serial-lane.ts';
 import { Waker } from './waker.ts';
@@ -292,8 +292,10 @@ export class Worker extends SafeEmitter<WorkerEvents> {
     if (completed && this.state === 'running') {
       const next = this.chains.next(row.id);
       if (next === undefined) return false;
-      this.buffer.push([next]);
+      this.buffer.push([next.row]);
       this.startBuffered();
+      // Running low: the next claim takes more followers behind this chain's last one.
+      if (next.left === EXTEND_AT) this.poke();
       return true;
     }
     const rest = this.chains.drop(row.id);
@@ -304,10 +306,11 @@ export class Worker extends SafeEmitter<WorkerEvents> {
   /** Claims up to `limit` jobs, one statement per queue, starting from a rotating queue for fairness. */
   private async claim(limit: number): Promise<ClaimedRow[]> {
     const claimed: ClaimedRow[] = [];
+    const anchors = this.chains.anchors();
     const start = this.nextQueue++ % this.queues.length;
     for (let i = 0; i < this.queues.length && claimed.length < limit; i++) {
       const queue = this.queues[(start + i) % this.queues.length]!;
-      claimed.push(...(await this.controls.claim(queue, limit - claimed.length, this.leaseMs, this.id, FOLLOWERS_PER_HEAD)));
+      claimed.push(...(await this.controls.claim(queue, limit - claimed.length, this.leaseMs, this.id, FOLLOWERS_PER_HEAD, anchors)));
     }
     return claimed;
   }
