@@ -84,7 +84,9 @@ for (const db of testDatabases()) {
         pollInterval: 20,
         concurrency: 4,
         retry: { maxAttempts: 3, backoff: { base: 150, max: 150, jitter: 'none' } },
-        timeout: 100,
+        // Long enough that a loaded machine does not time out n = 1 and n = 2 (their attempt, the inbox
+        // look-up included, is one round trip); n = 3 waits for it.
+        timeout: 400,
         // Anything saying "refused" is not worth retrying; everything else as the core decides.
         classify: (error) => (error instanceof Error && error.message.includes('refused') ? { category: 'permanent', retry: false } : defaultClassifier(error)),
         handlers: {

@@ -652,7 +652,9 @@ describe(
                  FROM ${q}.runs`,
             )
           ).map((r): Run => ({ ...r, start: Number(r.start), end: r.end === null ? null : Number(r.end) }));
-          const errors = await sql<{ job_id: string; claim: number; category: string }>(`SELECT job_id, claim, category FROM ${q}.job_errors`);
+          // A run is known by its job and attempt, and so is each error here: a follower handed back unstarted
+          // (the job before it failed) spent no attempt but used a claim, so claim counts run ahead of attempts.
+          const errors = await sql<{ job_id: string; claim: number; category: string }>(`SELECT job_id, attempt AS claim, category FROM ${q}.job_errors`);
           const rescuedClaims = new Set(errors.filter((e) => e.category === 'lease-expired').map((e) => `${e.job_id}/${e.claim}`));
           // A run without an end is one whose process was killed: its end is bounded by the kill (DB clock, read after the exit).
           const unended = runs.filter((r) => r.end === null && !killAtUs.has(r.pid));
