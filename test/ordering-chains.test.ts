@@ -59,8 +59,9 @@ for (const db of testDatabases()) {
           [job.name]: async (j: Job<Step>) => {
             const id = `${j.data.key}/${j.data.seq}`;
             rec.enter(j.data);
-            if (j.data.key === 'a' && j.data.seq === 0) {
-              // While the head of key a runs, the jobs behind it are already claimed by this worker.
+            if (j.data.key === 'a' && j.data.seq === 1) {
+              // While a head of key a runs, the jobs behind it are already claimed by this worker. (Not the
+              // first: a queue's first claim is the plain one, until it has brought a job with a key.)
               const [row] = await sql<{ n: number }>(`SELECT count(*)::int AS n FROM "${schema}".jobs WHERE ordering_key = 'a' AND state = 'active'`);
               activeBehindHead = row!.n;
             }
@@ -95,6 +96,35 @@ for (const db of testDatabases()) {
       }
       const [dead] = await sql<{ n: number }>(`SELECT count(*)::int AS n FROM "${schema}".jobs WHERE state = 'dead'`);
       assert.equal(dead!.n, 1);
+    });
+
+    it('followers never take a slot from another key: jobs of new keys start while a chain is held', async () => {
+      const { mailroom } = await db.open();
+      const job = defineJob<Step>('chains.room', { queue: 'chains-room' });
+      await mailroom.enqueueMany(job, steps(['a'], 8), { orderingKey: (d) => d.key });
+      const started: string[] = [];
+      let firstStarted!: () => void;
+      const first = new Promise<void>((r) => (firstStarted = r));
+      const worker = mailroom.worker({
+        queues: ['chains-room'],
+        concurrency: 4,
+        pollInterval: 20,
+        handlers: {
+          [job.name]: async (j: Job<Step>) => {
+            started.push(`${j.data.key}${j.data.seq}`);
+            if (started.length === 1) firstStarted();
+            await new Promise((r) => setTimeout(r, 150));
+          },
+        },
+      });
+      const done = waitForEvents(worker, 'completed', 11, 20_000);
+      await worker.start();
+      await first; // key a's head runs, with its followers held by this worker
+      await mailroom.enqueueMany(job, ['b', 'c', 'd'].map((key) => ({ key, seq: 0 })), { orderingKey: (d) => d.key });
+      await done;
+      await worker.stop();
+      const before = started.slice(0, started.indexOf('a2'));
+      assert.ok(['b0', 'c0', 'd0'].every((id) => before.includes(id)), `keys b, c and d started before a's third job: ${started.join(' ')}`);
     });
 
     it('a chain stops at the first job of the key that is not due: a later job never overtakes a delayed one', async () => {

@@ -501,7 +501,7 @@ for (const db of testDatabases()) {
           // Every job waiting: the statistics say none is active (a backlog loaded, analyzed before its drain).
           await session.query(`ANALYZE "${t.schema}".jobs`);
           const q = jobQueries(`"${t.schema}"`);
-          const claimed = await session.query<{ id: string; claim_count: number }>({ text: q.claim.text, values: ['plan', 1000, 30_000, 'plan-test', 0, [], []] });
+          const claimed = await session.query<{ id: string; claim_count: number }>({ text: q.claim.text, values: ['plan', 1000, 30_000, 'plan-test'] });
           assert.equal(claimed.rowCount, 1000);
           const ids = `'{${claimed.rows.map((r) => r.id).join(',')}}'`;
           const claims = `'{${claimed.rows.map((r) => r.claim_count).join(',')}}'`;

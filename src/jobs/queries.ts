@@ -14,6 +14,7 @@ export interface JobQueries {
   cancelWithdrawn: NamedQuery;
   deleteWithdrawn: NamedQuery;
   claim: NamedQuery;
+  claimWithFollowers: NamedQuery;
   complete: NamedQuery;
   completeRecordingInbox: NamedQuery;
   fail: NamedQuery;
@@ -106,16 +107,32 @@ export function jobQueries(quotedSchema: string): JobQueries {
       'find_by_key',
       `SELECT id, dedup_key FROM ${s}.jobs WHERE type = $1 AND dedup_key = ANY($2::text[]) AND state IN ${UNFINISHED}`,
     ),
-    // $1 queue, $2 batch size, $3 lease ms, $4 worker id, $5 followers per head, $6 anchor ids,
-    // $7 their claim tokens. One queue per statement: with `queue = ANY(...)` PostgreSQL cannot walk
-    // the index in order and sorts the whole backlog. Behind each head with an ordering key, and
-    // behind each anchor (the last follower of one of this worker's chains, still active with its
-    // claim, locked here so that nothing of its key changes meanwhile), it also takes up to $5
-    // followers: the key's next jobs, as long as each is waiting, blocked and due (a run of them,
-    // stopping at the first that is not), shallowest first, within the batch size. Followers stay
-    // `blocked`; the worker runs each only after the job before it completed (docs/ORDERING.md).
+    // $1 queue, $2 batch size, $3 lease ms, $4 worker id. One queue per statement: with `queue = ANY(...)`
+    // PostgreSQL cannot walk the index in order and sorts the whole backlog.
     claim: q(
       'claim',
+      `WITH next AS (
+         SELECT id FROM ${s}.jobs
+          WHERE state IN ${WAITING} AND NOT blocked AND queue = $1::text AND run_at <= now()
+          ORDER BY priority DESC, run_at, id
+          LIMIT $2
+          FOR UPDATE SKIP LOCKED)
+       UPDATE ${s}.jobs AS j
+          SET ${CLAIM_SET}
+         FROM next WHERE j.id = next.id
+       RETURNING ${CLAIM_RETURNING}`,
+    ),
+    // $1 queue, $2 batch size, $3 lease ms, $4 worker id, $5 followers per head, $6 anchor ids, $7 their
+    // claim tokens, $8 followers at most. The claim above, for a queue whose jobs have ordering keys
+    // (PostgreSQL plans it anew on every run, which costs more than the plain one). Behind each head
+    // with an ordering key, and behind each anchor (the last follower of one of this worker's chains,
+    // still active with its claim, locked here so that nothing of its key changes meanwhile), it also
+    // takes up to $5 followers: the key's next jobs, as long as each is waiting, blocked and due (a run
+    // of them, stopping at the first that is not), shallowest first, $8 at most. Followers stay
+    // `blocked`; the worker runs each only after the job before it completed (docs/ORDERING.md). The
+    // rows are updated through an array of ids, so that even a generic plan probes the primary key.
+    claimWithFollowers: q(
+      'claim_with_followers',
       `WITH heads AS (
          SELECT id, ordering_key, ordering_seq FROM ${s}.jobs
           WHERE state IN ${WAITING} AND NOT blocked AND queue = $1::text AND run_at <= now()
@@ -140,14 +157,13 @@ export function jobQueries(quotedSchema: string): JobQueries {
                        LIMIT $5) AS n
               WINDOW w AS (ORDER BY n.ordering_seq)) AS r
              WHERE r.runnable) AS f
-          WHERE $5::int > 0
+          WHERE $5::int > 0 AND $8::int > 0
           ORDER BY f.depth
-          LIMIT GREATEST(0, $2 - (SELECT count(*) FROM heads))),
-       picked AS (SELECT id, false AS follower FROM heads UNION ALL SELECT id, true FROM followers)
+          LIMIT $8),
+       picked AS (SELECT id FROM heads UNION ALL SELECT id FROM followers)
        UPDATE ${s}.jobs AS j
           SET ${CLAIM_SET}
-         FROM picked
-        WHERE j.id = picked.id AND (NOT picked.follower OR (j.state = 'available' AND j.blocked))
+        WHERE j.id = ANY (ARRAY(SELECT id FROM picked)) AND j.state IN ${WAITING}
        RETURNING ${CLAIM_RETURNING}`,
     ),
     // $1 ids, $2 claim tokens

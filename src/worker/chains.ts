@@ -20,6 +20,13 @@ export interface ChainAnchor {
   claim: number;
 }
 
+/** What a claim may take besides heads: followers per head or anchor, the anchors, and how many in all. */
+export interface FollowerClaim {
+  perHead: number;
+  anchors: readonly ChainAnchor[];
+  room: number;
+}
+
 interface Chain {
   key: string;
   /** The job the first follower waits for (a head, or a follower that started). */
@@ -55,6 +62,11 @@ export class Chains {
   /** Followers held, all chains together. */
   get size(): number {
     return this.count;
+  }
+
+  /** True while a chain is held, even one whose last follower already started. */
+  get active(): boolean {
+    return this.byKey.size > 0;
   }
 
   /**
@@ -101,7 +113,9 @@ export class Chains {
       list.sort(bySeq);
       const head = heads.get(key);
       const chain = this.byKey.get(key);
-      if (head !== undefined && chain === undefined) {
+      if (head !== undefined) {
+        // A chain of this key still here ended in the database already (its last job's completion
+        // committed and let the key go; this worker has not seen the reply yet): the head starts anew.
         const fresh: Chain = { key, waitingOn: head.id, list, closed: false };
         this.byKey.set(key, fresh);
         this.byWaitingOn.set(head.id, fresh);
@@ -127,7 +141,7 @@ export class Chains {
     this.byWaitingOn.delete(id);
     const row = chain.list.shift();
     if (row === undefined) {
-      this.byKey.delete(chain.key); // the chain ran out: its key goes back to the database
+      if (this.byKey.get(chain.key) === chain) this.byKey.delete(chain.key); // ran out: the key goes back to the database
       return undefined;
     }
     this.count -= 1;
@@ -141,7 +155,7 @@ export class Chains {
     const chain = this.byWaitingOn.get(id);
     if (chain === undefined) return [];
     this.byWaitingOn.delete(id);
-    this.byKey.delete(chain.key);
+    if (this.byKey.get(chain.key) === chain) this.byKey.delete(chain.key);
     chain.closed = true;
     this.count -= chain.list.length;
     return chain.list.splice(0);

@@ -4,7 +4,7 @@ import type { ControlQueries } from '../jobs/control-queries.ts';
 import type { JobQueries } from '../jobs/queries.ts';
 import type { Driver } from '../storage/driver.ts';
 import type { ClaimedRow } from './types.ts';
-import type { ChainAnchor } from './chains.ts';
+import type { FollowerClaim } from './chains.ts';
 
 /** A rate limit shared by every process: at most `max` jobs started in any window of `per`. */
 export interface RateLimit {
@@ -40,10 +40,13 @@ export function resolveGlobalConcurrency(value: unknown): number {
 /**
  * Which of a worker's queues carry shared limits, and how to claim from them.
  * A queue with a control row is claimed through it (rate window, global
- * concurrency, back-off); other queues take the plain, faster claim.
+ * concurrency, back-off); other queues take the plain, faster claim, or, once
+ * a claim brought a job with an ordering key, the claim that takes followers.
  */
 export class QueueControls {
   private controlled = new Set<string>();
+  /** Queues that gave this worker a job with an ordering key. */
+  private readonly keyed = new Set<string>();
   private refreshedAt = 0;
 
   constructor(
@@ -69,16 +72,22 @@ export class QueueControls {
 
   /**
    * Claims up to `limit` jobs from `queue`, within its shared limits if it has any. Without limits,
-   * up to `followers` jobs behind each head of an ordering key, and behind each of the `anchors`
-   * (the last followers of this worker's chains), come too (see Chains); a queue with limits counts
-   * every job it starts, so there each job is claimed as a head.
+   * up to `chains.perHead` jobs behind each head of an ordering key, and behind each of the
+   * `chains.anchors` (the last followers of this worker's chains), come too, `chains.room` at most
+   * (see Chains); a queue with limits counts every job it starts, so there each job is claimed as a head.
    */
-  async claim(queue: string, limit: number, leaseMs: number, workerId: string, followers: number, anchors: readonly ChainAnchor[]): Promise<ClaimedRow[]> {
+  async claim(queue: string, limit: number, leaseMs: number, workerId: string, chains: FollowerClaim): Promise<ClaimedRow[]> {
     if (Date.now() - this.refreshedAt > REFRESH_MS) await this.refresh();
     const params = [queue, limit, leaseMs, workerId];
     if (!this.controlled.has(queue)) {
-      const chained = [followers, anchors.map((a) => a.id), anchors.map((a) => a.claim)];
-      return (await this.driver.run<ClaimedRow>(this.jobQueries.claim, [...params, ...chained])).rows;
+      if (!this.keyed.has(queue) || chains.perHead === 0) {
+        const { rows } = await this.driver.run<ClaimedRow>(this.jobQueries.claim, params);
+        if (rows.some((r) => r.ordering_key !== null)) this.keyed.add(queue);
+        return rows;
+      }
+      const { perHead, anchors, room } = chains;
+      const chained = [perHead, anchors.map((a) => a.id), anchors.map((a) => a.claim), room];
+      return (await this.driver.run<ClaimedRow>(this.jobQueries.claimWithFollowers, [...params, ...chained])).rows;
     }
     return this.driver.transaction(async (tx) => {
       await tx.query(this.queries.lock.text, [queue]);

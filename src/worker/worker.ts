@@ -236,7 +236,8 @@ export class Worker extends SafeEmitter<WorkerEvents> {
     let errorDelay = 0;
     while (this.state === 'running') {
       this.startBuffered();
-      const free = this.concurrency + this.prefetch - this.running.size - this.buffer.size - this.chains.size;
+      // Followers are held apart: they never take a slot from a head (another key) that could run now.
+      const free = this.concurrency + this.prefetch - this.running.size - this.buffer.size;
       // Jobs whose outcome is still being written hold their claims too. Up to two more full sets of them
       // is normal (a completion batch in flight and the next one filling); past that, completions are
       // falling behind: stop claiming until they catch up, so at most 3 x (concurrency + prefetch) jobs
@@ -249,7 +250,7 @@ export class Worker extends SafeEmitter<WorkerEvents> {
       let rows: ClaimedRow[];
       try {
         rows = await this.claim(free);
-        this.starved = rows.length < free;
+        this.starved = rows.filter((r) => !r.blocked).length < free;
         errorDelay = 0;
       } catch (error) {
         this.report(error);
@@ -267,7 +268,7 @@ export class Worker extends SafeEmitter<WorkerEvents> {
       if (orphans.length > 0) void this.release(orphans);
       this.buffer.push(run);
       this.startBuffered();
-      if (rows.length < free) await this.sleep(this.pollMs);
+      if (this.starved) await this.sleep(this.pollMs);
       else await new Promise<void>((resolve) => setImmediate(resolve));
     }
   }
@@ -288,7 +289,7 @@ export class Worker extends SafeEmitter<WorkerEvents> {
    * Returns true when a follower was started.
    */
   private afterJob(row: ClaimedRow, completed: boolean): boolean {
-    if (this.chains.size === 0 || this.abandoned) return false;
+    if (!this.chains.active || this.abandoned) return false;
     if (completed && this.state === 'running') {
       const next = this.chains.next(row.id);
       if (next === undefined) return false;
@@ -303,14 +304,25 @@ export class Worker extends SafeEmitter<WorkerEvents> {
     return false;
   }
 
-  /** Claims up to `limit` jobs, one statement per queue, starting from a rotating queue for fairness. */
+  /**
+   * Claims up to `limit` jobs that may start, one statement per queue, starting from a rotating queue
+   * for fairness; followers of ordering keys come on top, within their own room (see Chains).
+   */
   private async claim(limit: number): Promise<ClaimedRow[]> {
     const claimed: ClaimedRow[] = [];
     const anchors = this.chains.anchors();
+    // At most max(concurrency, prefetch) followers held: with prefetch 0, a chain per running key.
+    let room = Math.max(0, Math.max(this.concurrency, this.prefetch) - this.chains.size);
+    let heads = 0;
     const start = this.nextQueue++ % this.queues.length;
-    for (let i = 0; i < this.queues.length && claimed.length < limit; i++) {
+    for (let i = 0; i < this.queues.length && heads < limit; i++) {
       const queue = this.queues[(start + i) % this.queues.length]!;
-      claimed.push(...(await this.controls.claim(queue, limit - claimed.length, this.leaseMs, this.id, FOLLOWERS_PER_HEAD, anchors)));
+      const rows = await this.controls.claim(queue, limit - heads, this.leaseMs, this.id, { perHead: FOLLOWERS_PER_HEAD, anchors, room });
+      for (const row of rows) {
+        if (row.blocked) room--;
+        else heads++;
+        claimed.push(row);
+      }
     }
     return claimed;
   }

@@ -84,7 +84,7 @@ export class Claim implements Command {
   }
   async run(m: JobModel, r: RealSystem): Promise<void> {
     const claimable = m.claimable();
-    const { rows } = await r.driver.run<ClaimedRow>(r.queries.claim, [MODEL_QUEUE, this.n, LEASE_MS, 'model-worker', 0, [], []]);
+    const { rows } = await r.driver.run<ClaimedRow>(r.queries.claim, [MODEL_QUEUE, this.n, LEASE_MS, 'model-worker']);
     assert.equal(rows.length, Math.min(this.n, claimable.length), `claim(${this.n}) with ${claimable.length} claimable jobs`);
     // The claimed jobs are the first of the claimable ones by priority, run_at, id (read from the database:
     // the model has no clock, and on PGlite now() has a millisecond's resolution).
