@@ -212,6 +212,51 @@ for (const db of testDatabases()) {
       assert.deepEqual(ran, Array.from({ length: 10 }, (_, i) => i), 'each job ran once, in order');
     });
 
+    it('a held head whose lease was lost hands its followers back, and the key runs on in order', async () => {
+      const { mailroom, schema, sql } = await db.open();
+      const job = defineJob<Step>('chains.lost', { queue: 'chains-lost' });
+      const ran: string[] = [];
+      let open!: () => void;
+      const gate = new Promise<void>((r) => (open = r));
+      const worker = mailroom.worker({
+        queues: ['chains-lost'],
+        concurrency: 1,
+        prefetch: 5,
+        lease: 300, // a heartbeat every 100 ms
+        maintenance: false,
+        pollInterval: 20,
+        handlers: {
+          [job.name]: async (j: Job<Step>) => {
+            ran.push(`${j.data.key}${j.data.seq}`);
+            if (j.data.key === 'b') await gate; // holds the only slot
+          },
+        },
+      });
+      const first = waitForEvents(worker, 'completed', 1);
+      await mailroom.enqueue(job, { key: 'x', seq: 0 }, { orderingKey: 'x' }); // the queue has keys from now on
+      await worker.start();
+      await first;
+      await mailroom.enqueue(job, { key: 'b', seq: 0 });
+      const ids = await mailroom.enqueueMany(job, steps(['k'], 3), { orderingKey: 'k' });
+      await eventually(async () => (await sql<{ n: number }>(`SELECT count(*)::int AS n FROM "${schema}".jobs WHERE ordering_key = 'k' AND state = 'active'`))[0]!.n === 3, 10_000, 'k0 held with its two followers');
+      // k0 waits for the slot; its lease runs out (as if this worker had stalled) and it is rescued.
+      // (A heartbeat may renew the lease between the two statements: then again.)
+      await eventually(async () => {
+        await sql(`UPDATE "${schema}".jobs SET locked_until = now() - interval '1 second' WHERE id = $1 AND state = 'active'`, [ids[0]]);
+        return (await mailroom.maintain()).rescued === 1;
+      }, 10_000, 'k0 rescued');
+      // Handed back (waiting again), or already claimed again behind k0's new claim: not held by the stale chain.
+      await eventually(async () => {
+        const rows = await sql<{ state: string; claim_count: number }>(`SELECT state, claim_count FROM "${schema}".jobs WHERE id = ANY($1::uuid[])`, [ids.slice(1)]);
+        return rows.every((r) => r.state === 'available' || r.claim_count > 1);
+      }, 10_000, 'the followers of the lost head handed back');
+      const done = waitForEvents(worker, 'completed', 4, 20_000);
+      open();
+      await done;
+      await worker.stop();
+      assert.deepEqual(ran, ['x0', 'b0', 'k0', 'k1', 'k2']);
+    });
+
     it('a crashed worker\'s followers come back behind the head without spending an attempt, and run in order', async () => {
       const { mailroom, schema, sql } = await db.open();
       const job = defineJob<Step>('chains.crash', { queue: 'chains-crash', retry: { maxAttempts: 1 } });

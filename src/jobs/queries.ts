@@ -143,6 +143,11 @@ export function jobQueries(quotedSchema: string): JobQueries {
          SELECT a.id, a.ordering_key, a.ordering_seq FROM ${s}.jobs AS a
            JOIN unnest($6::uuid[], $7::int[]) AS t(id, claim) ON a.id = t.id AND a.claim_count = t.claim
           WHERE ${activeFence('a')} AND a.queue = $1::text AND a.ordering_key IS NOT NULL
+            -- A job before it waiting again (it failed or was snoozed) broke the chain: its followers
+            -- go back, and the key's next jobs come behind that job once it is claimed again.
+            AND NOT EXISTS (SELECT 1 FROM ${s}.jobs AS w
+                             WHERE w.queue = a.queue AND w.ordering_key = a.ordering_key AND w.ordering_seq < a.ordering_seq
+                               AND w.state IN ${WAITING})
           FOR UPDATE OF a SKIP LOCKED),
        followers AS (
          SELECT f.id FROM (SELECT * FROM heads WHERE ordering_key IS NOT NULL UNION ALL SELECT * FROM anchors) AS h
@@ -235,7 +240,7 @@ export function jobQueries(quotedSchema: string): JobQueries {
       `UPDATE ${s}.jobs AS j SET locked_until = now() + $3::bigint * interval '1 millisecond'
          FROM unnest($1::uuid[], $2::int[]) AS c(id, claim)
         WHERE j.id = c.id AND j.claim_count = c.claim AND ${activeFence('j')}
-       RETURNING j.id`,
+       RETURNING j.id, j.claim_count`,
     ),
     // $1 batch size, $2 message. Counts the attempt; touches a job only if still active with the claim it read.
     // A follower (claimed behind its key's head, still blocked) with an unfinished job before it never

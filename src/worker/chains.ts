@@ -29,7 +29,7 @@ export interface FollowerClaim {
 
 interface Chain {
   key: string;
-  /** The job the first follower waits for (a head, or a follower that started). */
+  /** The claim the first follower waits for (a head, or a follower that started): see claimOf. */
   waitingOn: string;
   /** Followers not started yet, in key order. */
   list: ClaimedRow[];
@@ -49,8 +49,8 @@ interface Chain {
  *
  * @example
  * const { run } = chains.split(claimedRows); // followers stay here
- * // later, when job `id` was completed:
- * const next = chains.next(id);              // the follower that may start now, if any
+ * // later, when the job of claimed row `done` was completed:
+ * const next = chains.next(done);            // the follower that may start now, if any
  */
 export class Chains {
   private readonly byWaitingOn = new Map<string, Chain>();
@@ -116,9 +116,9 @@ export class Chains {
       if (head !== undefined) {
         // A chain of this key still here ended in the database already (its last job's completion
         // committed and let the key go; this worker has not seen the reply yet): the head starts anew.
-        const fresh: Chain = { key, waitingOn: head.id, list, closed: false };
+        const fresh: Chain = { key, waitingOn: claimOf(head), list, closed: false };
         this.byKey.set(key, fresh);
-        this.byWaitingOn.set(head.id, fresh);
+        this.byWaitingOn.set(fresh.waitingOn, fresh);
       } else if (head === undefined && chain !== undefined && !chain.closed) {
         chain.list.push(...list); // behind the tail it was asked to extend
       } else {
@@ -132,10 +132,11 @@ export class Chains {
   }
 
   /**
-   * Job `id` was completed: the follower that may start now, if any, and how
-   * many are left behind it. The chain then waits for that one.
+   * The job of this claim was completed: the follower that may start now, if
+   * any, and how many are left behind it. The chain then waits for that one.
    */
-  next(id: string): { row: ClaimedRow; left: number } | undefined {
+  next(done: ClaimedRow): { row: ClaimedRow; left: number } | undefined {
+    const id = claimOf(done);
     const chain = this.byWaitingOn.get(id);
     if (chain === undefined) return undefined;
     this.byWaitingOn.delete(id);
@@ -145,13 +146,14 @@ export class Chains {
       return undefined;
     }
     this.count -= 1;
-    chain.waitingOn = row.id;
-    this.byWaitingOn.set(row.id, chain);
+    chain.waitingOn = claimOf(row);
+    this.byWaitingOn.set(chain.waitingOn, chain);
     return { row, left: chain.list.length };
   }
 
-  /** Job `id` ended otherwise: ends its chain and returns the followers behind it, to hand back. */
-  drop(id: string): ClaimedRow[] {
+  /** The job of this claim ended otherwise: ends its chain and returns the followers behind it, to hand back. */
+  drop(ended: ClaimedRow): ClaimedRow[] {
+    const id = claimOf(ended);
     const chain = this.byWaitingOn.get(id);
     if (chain === undefined) return [];
     this.byWaitingOn.delete(id);
@@ -196,6 +198,11 @@ export class Chains {
     this.count -= lost.length + rest.length;
     return { lost, rest };
   }
+}
+
+/** A claim of a job: a job claimed again (after a rescue) is another claim, with a chain of its own. */
+function claimOf(row: ClaimedRow): string {
+  return `${row.id}/${row.claim_count}`;
 }
 
 function chainKey(row: ClaimedRow): string {

@@ -44,6 +44,11 @@ export interface WorkerEvents {
   error: [error: unknown];
 }
 
+/** A job's claim: its id and claim token. */
+function claimKey(row: { id: string; claim_count: number }): string {
+  return `${row.id}/${row.claim_count}`;
+}
+
 /** The event payload of a claimed job. */
 function refOf(row: ClaimedRow): JobEventRef {
   return { id: row.id, type: row.type, queue: row.queue, attempt: row.attempt, correlationId: row.correlation_id };
@@ -291,7 +296,7 @@ export class Worker extends SafeEmitter<WorkerEvents> {
   private afterJob(row: ClaimedRow, completed: boolean): boolean {
     if (!this.chains.active || this.abandoned) return false;
     if (completed && this.state === 'running') {
-      const next = this.chains.next(row.id);
+      const next = this.chains.next(row);
       if (next === undefined) return false;
       this.buffer.push([next.row]);
       this.startBuffered();
@@ -299,7 +304,7 @@ export class Worker extends SafeEmitter<WorkerEvents> {
       if (next.left === EXTEND_AT) this.poke();
       return true;
     }
-    const rest = this.chains.drop(row.id);
+    const rest = this.chains.drop(row);
     if (rest.length > 0) void this.release(rest);
     return false;
   }
@@ -491,18 +496,24 @@ export class Worker extends SafeEmitter<WorkerEvents> {
     const followers = this.chains.toArray();
     const leased = [...entries.map((e) => e.row), ...held, ...followers];
     if (leased.length === 0) return;
-    const { rows } = await this.driver.run<{ id: string }>(this.queries.heartbeat, [leased.map((r) => r.id), leased.map((r) => r.claim_count), this.leaseMs]);
-    const kept = new Set(rows.map((r) => r.id));
+    const { rows } = await this.driver.run<{ id: string; claim_count: number }>(this.queries.heartbeat, [leased.map((r) => r.id), leased.map((r) => r.claim_count), this.leaseMs]);
+    // By claim, not only by id: a job rescued and claimed again by this worker is held twice, once stale.
+    const kept = new Set(rows.map((r) => claimKey(r)));
     // A held (prefetched) job whose lease was lost (rescued) is dropped before it starts.
-    const lost = new Set(held.filter((row) => !kept.has(row.id)));
-    for (const row of this.buffer.remove(lost)) this.emit('stale', refOf(row));
+    const lost = new Set(held.filter((row) => !kept.has(claimKey(row))));
+    for (const row of this.buffer.remove(lost)) {
+      this.emit('stale', refOf(row));
+      // It will never complete here: the followers behind it (if it was one, that had started) go back.
+      const behind = this.chains.drop(row);
+      if (behind.length > 0) void this.release(behind);
+    }
     // A lost follower is dropped with the rest of its chain, which must not run before it.
-    const lostFollowers = new Set(followers.filter((row) => !kept.has(row.id)).map((row) => row.id));
+    const lostFollowers = new Set(followers.filter((row) => !kept.has(claimKey(row))).map((row) => row.id));
     const { lost: dropped, rest } = this.chains.removeLost(lostFollowers);
     for (const row of dropped) this.emit('stale', refOf(row));
     if (rest.length > 0) void this.release(rest);
     for (const e of entries) {
-      if (!kept.has(e.row.id) && !e.settled && (this.running.get(e.row.id) === e || this.finishing.get(e.row.id) === e)) {
+      if (!kept.has(claimKey(e.row)) && !e.settled && (this.running.get(e.row.id) === e || this.finishing.get(e.row.id) === e)) {
         // Lease lost (rescued, maybe running elsewhere): stop the handler; its result would be refused anyway.
         e.settled = true;
         e.abort(new Error('lease lost: the job was rescued after its lease expired'));
