@@ -131,6 +131,62 @@ for (const db of testDatabases()) {
     );
   });
 
+  test(`${db.name}: a chain broken by a failure is never extended: a claim's followers come right after their head or anchor`, async (t) => {
+    // The worker keeps passing the tails of its chains as anchors after the job before them failed (it has
+    // not seen the failure yet), and claims that job again as a head: the followers of one claim must still
+    // be the first unfinished jobs after their lead, with nothing of the key between (checked at each claim,
+    // the steps running one at a time).
+    const bench = await openBench(db, (fn) => t.after(fn));
+    await fc.assert(
+      fc.asyncProperty(
+        fc.scheduler(),
+        fc.array(fc.constantFrom('a', 'b'), { minLength: 3, maxLength: 10 }),
+        fc.array(fc.integer({ min: 1, max: 3 }), { minLength: 2, maxLength: 5 }),
+        fc.array(fc.constantFrom('a', 'b'), { minLength: 1, maxLength: 3 }),
+        async (s, keys, batches, failures) => {
+          await bench.reset();
+          for (const [n, key] of keys.entries()) await bench.mailroom.enqueue(raceJob, { n }, { orderingKey: key });
+          const tails = new Map<string, ClaimedRow>();
+          const claim = (n: number) => async () => {
+            const anchors = [...tails.values()];
+            const rows = await bench.claim(n, 'w', 2, anchors);
+            for (const key of ['a', 'b']) {
+              const followers = rows.filter((r) => r.ordering_key === key && r.blocked);
+              if (followers.length === 0) continue;
+              const lead = rows.find((r) => r.ordering_key === key && !r.blocked) ?? anchors.find((a) => a.ordering_key === key)!;
+              const first = followers.map((r) => BigInt(r.ordering_seq!)).reduce((a, b) => (a < b ? a : b));
+              const between = await bench.sql<{ n: number }>(
+                `SELECT count(*)::int AS n FROM ${bench.s}.jobs WHERE ordering_key = $1 AND ordering_seq > $2 AND ordering_seq < $3
+                    AND state IN ('scheduled', 'available', 'active', 'retrying') AND NOT (id = ANY($4::uuid[]))`,
+                [key, lead.ordering_seq, first.toString(), followers.map((r) => r.id)],
+              );
+              assert.equal(between[0]!.n, 0, `followers of key ${key} claimed with jobs of the key between them and their lead`);
+            }
+            for (const row of rows) {
+              const tail = tails.get(row.ordering_key!);
+              if (tail === undefined || BigInt(tail.ordering_seq!) < BigInt(row.ordering_seq!)) tails.set(row.ordering_key!, row);
+            }
+            return rows.length;
+          };
+          // Fails the key's running head, to be retried at once: its first unfinished job, if active (a
+          // follower runs only once every job before it completed, so only that one can fail).
+          const fail = (key: string) => async () => {
+            const [head] = await bench.sql<{ id: string; claim_count: number; state: string }>(
+              `SELECT id, claim_count, state FROM ${bench.s}.jobs WHERE ordering_key = $1 AND state IN ('scheduled', 'available', 'active', 'retrying')
+                ORDER BY ordering_seq LIMIT 1`,
+              [key],
+            );
+            if (head?.state !== 'active') return false;
+            await bench.driver.run(bench.queries.fail, [head.id, head.claim_count, true, 0, 'max-attempts', 'transient', 'failed', null]);
+            return true;
+          };
+          await interleave(s, 'stepwise', { worker: batches.map(claim), failer: failures.map(fail) });
+        },
+      ),
+      { numRuns: RUNS, includeErrorInReport: true },
+    );
+  });
+
   test(`${db.name}: a stale worker's completion racing the rescue and the next claim: exactly one attempt wins`, async (t) => {
     const bench = await openBench(db, (fn) => t.after(fn));
     await fc.assert(
