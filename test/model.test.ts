@@ -21,6 +21,7 @@ import {
   Claim,
   Enqueue,
   Fail,
+  Prune,
   jobCommands,
   MODEL_QUEUE,
   ReplayAll,
@@ -126,3 +127,16 @@ regression('a replay by filter of two dead jobs sharing a dedup key replays one 
   new Fail(1, 'permanent'),
   new ReplayAll(),
 ]);
+
+// Found by the property in session 10 (against the model as it was): a dead job holding its
+// ordering key (onDead: 'hold') is pruned by dead-letter retention, so nothing holds the key and the
+// job behind it stays blocked; since migration 13 a write to that job (here `jobs.retry` of it, job
+// #0 once the dead one is gone) lets the key go to it, as for a follower handed back.
+regression('a job left blocked by a pruned dead holder gets its key when it is next written', () => [
+  new Enqueue('hold', null, 'o1', false),
+  new Claim(1),
+  new Fail(0, 'permanent'),
+  new Enqueue('plain', null, 'o1', false),
+  new Prune(),
+  new Retry(0),
+], true);

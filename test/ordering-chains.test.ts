@@ -127,6 +127,30 @@ for (const db of testDatabases()) {
       assert.ok(['b0', 'c0', 'd0'].every((id) => before.includes(id)), `keys b, c and d started before a's third job: ${started.join(' ')}`);
     });
 
+    it('a queue with a rate limit claims every job as a head: no follower comes outside its window', async () => {
+      const { mailroom, schema, sql } = await db.open();
+      const job = defineJob<Step>('chains.limited', { queue: 'chains-limited' });
+      await mailroom.enqueueMany(job, steps(['k'], 4), { orderingKey: (d) => d.key });
+      const activeWhileRunning: number[] = [];
+      const worker = mailroom.worker({
+        queues: ['chains-limited'],
+        concurrency: 4,
+        pollInterval: 10,
+        rateLimit: { max: 100, per: '1s' },
+        handlers: {
+          [job.name]: async () => {
+            const [row] = await sql<{ n: number }>(`SELECT count(*)::int AS n FROM "${schema}".jobs WHERE state = 'active'`);
+            activeWhileRunning.push(row!.n);
+          },
+        },
+      });
+      const done = waitForEvents(worker, 'completed', 4, 10_000);
+      await worker.start();
+      await done;
+      await worker.stop();
+      assert.deepEqual(activeWhileRunning, [1, 1, 1, 1], 'only the running job of the key was claimed');
+    });
+
     it('a chain stops at the first job of the key that is not due: a later job never overtakes a delayed one', async () => {
       const { mailroom } = await db.open();
       const job = defineJob<Step>('chains.delay', { queue: 'chains-delay' });

@@ -40,6 +40,19 @@ const UNFINISHED = `('scheduled', 'available', 'active', 'retrying')`;
 const RESCUED_DEAD = `((NOT e.unstarted AND j.attempt >= j.max_attempts) OR COALESCE(j.expires_at < now(), false))`;
 
 /**
+ * Whether a job of the same ordering key as `alias`'s row, before it in key
+ * order, is in one of `states` (an index probe of the key's unfinished jobs).
+ *
+ * @example
+ * `AND NOT ${earlierOfKey(s, 'a', WAITING)}` // no job before a's row is waiting
+ */
+function earlierOfKey(s: string, alias: string, states: string): string {
+  return `EXISTS (SELECT 1 FROM ${s}.jobs AS b
+                   WHERE b.queue = ${alias}.queue AND b.ordering_key = ${alias}.ordering_key
+                     AND b.ordering_seq < ${alias}.ordering_seq AND b.state IN ${states})`;
+}
+
+/**
  * The state part of every fence on an active job (`alias`: the row's alias, or
  * `jobs`). Written as an expression so that PostgreSQL cannot
  * estimate it from the column's statistics: analyzed while no job was active,
@@ -145,9 +158,7 @@ export function jobQueries(quotedSchema: string): JobQueries {
           WHERE ${activeFence('a')} AND a.queue = $1::text AND a.ordering_key IS NOT NULL
             -- A job before it waiting again (it failed or was snoozed) broke the chain: its followers
             -- go back, and the key's next jobs come behind that job once it is claimed again.
-            AND NOT EXISTS (SELECT 1 FROM ${s}.jobs AS w
-                             WHERE w.queue = a.queue AND w.ordering_key = a.ordering_key AND w.ordering_seq < a.ordering_seq
-                               AND w.state IN ${WAITING})
+            AND NOT ${earlierOfKey(s, 'a', WAITING)}
           FOR UPDATE OF a SKIP LOCKED),
        followers AS (
          SELECT f.id FROM (SELECT * FROM heads WHERE ordering_key IS NOT NULL UNION ALL SELECT * FROM anchors) AS h
@@ -251,10 +262,7 @@ export function jobQueries(quotedSchema: string): JobQueries {
       'rescue',
       `WITH expired AS (
          SELECT x.id, x.claim_count,
-                x.blocked AND EXISTS (
-                  SELECT 1 FROM ${s}.jobs AS b
-                   WHERE b.queue = x.queue AND b.ordering_key = x.ordering_key AND b.ordering_seq < x.ordering_seq
-                     AND b.state IN ${UNFINISHED}) AS unstarted
+                x.blocked AND ${earlierOfKey(s, 'x', UNFINISHED)} AS unstarted
            FROM ${s}.jobs AS x
           WHERE x.state = 'active' AND x.locked_until < now()
           ORDER BY x.locked_until LIMIT $1

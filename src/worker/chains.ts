@@ -119,7 +119,7 @@ export class Chains {
         const fresh: Chain = { key, waitingOn: claimOf(head), list, closed: false };
         this.byKey.set(key, fresh);
         this.byWaitingOn.set(fresh.waitingOn, fresh);
-      } else if (head === undefined && chain !== undefined && !chain.closed) {
+      } else if (chain !== undefined && !chain.closed) {
         chain.list.push(...list); // behind the tail it was asked to extend
       } else {
         orphans.push(...list);
@@ -200,8 +200,13 @@ export class Chains {
   }
 }
 
-/** A claim of a job: a job claimed again (after a rescue) is another claim, with a chain of its own. */
-function claimOf(row: ClaimedRow): string {
+/**
+ * A claim of a job, as a key: a job claimed again (after a rescue) is another claim.
+ *
+ * @example
+ * claimOf({ id: '0190…', claim_count: 2 }) // '0190…/2'
+ */
+export function claimOf(row: { id: string; claim_count: number }): string {
   return `${row.id}/${row.claim_count}`;
 }
 

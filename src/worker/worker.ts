@@ -13,7 +13,7 @@ import type { ClaimedRow, JobHandler } from './types.ts';
 import type { ControlQueries } from '../jobs/control-queries.ts';
 import { QueueControls } from './queue-controls.ts';
 import { HeldJobs } from './held-jobs.ts';
-import { Chains, EXTEND_AT, FOLLOWERS_PER_HEAD } from './chains.ts';
+import { Chains, claimOf, EXTEND_AT, FOLLOWERS_PER_HEAD } from './chains.ts';
 import { JobRun } from './job-run.ts';
 import { SerialLane } from './serial-lane.ts';
 import { Waker } from './waker.ts';
@@ -42,11 +42,6 @@ export interface WorkerEvents {
   released: [job: { id: string; type: string }];
   /** Infrastructure trouble (database unreachable...). The worker keeps going. */
   error: [error: unknown];
-}
-
-/** A job's claim: its id and claim token. */
-function claimKey(row: { id: string; claim_count: number }): string {
-  return `${row.id}/${row.claim_count}`;
 }
 
 /** The event payload of a claimed job. */
@@ -498,9 +493,9 @@ export class Worker extends SafeEmitter<WorkerEvents> {
     if (leased.length === 0) return;
     const { rows } = await this.driver.run<{ id: string; claim_count: number }>(this.queries.heartbeat, [leased.map((r) => r.id), leased.map((r) => r.claim_count), this.leaseMs]);
     // By claim, not only by id: a job rescued and claimed again by this worker is held twice, once stale.
-    const kept = new Set(rows.map((r) => claimKey(r)));
+    const kept = new Set(rows.map((r) => claimOf(r)));
     // A held (prefetched) job whose lease was lost (rescued) is dropped before it starts.
-    const lost = new Set(held.filter((row) => !kept.has(claimKey(row))));
+    const lost = new Set(held.filter((row) => !kept.has(claimOf(row))));
     for (const row of this.buffer.remove(lost)) {
       this.emit('stale', refOf(row));
       // It will never complete here: the followers behind it (if it was one, that had started) go back.
@@ -508,12 +503,12 @@ export class Worker extends SafeEmitter<WorkerEvents> {
       if (behind.length > 0) void this.release(behind);
     }
     // A lost follower is dropped with the rest of its chain, which must not run before it.
-    const lostFollowers = new Set(followers.filter((row) => !kept.has(claimKey(row))).map((row) => row.id));
+    const lostFollowers = new Set(followers.filter((row) => !kept.has(claimOf(row))).map((row) => row.id));
     const { lost: dropped, rest } = this.chains.removeLost(lostFollowers);
     for (const row of dropped) this.emit('stale', refOf(row));
     if (rest.length > 0) void this.release(rest);
     for (const e of entries) {
-      if (!kept.has(claimKey(e.row)) && !e.settled && (this.running.get(e.row.id) === e || this.finishing.get(e.row.id) === e)) {
+      if (!kept.has(claimOf(e.row)) && !e.settled && (this.running.get(e.row.id) === e || this.finishing.get(e.row.id) === e)) {
         // Lease lost (rescued, maybe running elsewhere): stop the handler; its result would be refused anyway.
         e.settled = true;
         e.abort(new Error('lease lost: the job was rescued after its lease expired'));

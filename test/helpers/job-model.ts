@@ -211,6 +211,7 @@ export class JobModel {
 
   madeDue(job: ModelJob): void {
     job.due = true;
+    this.touchedWhileBlocked(job);
   }
 
   private died(job: ModelJob, reason: string): void {
@@ -227,6 +228,16 @@ export class JobModel {
     const holds = this.holdsKey(job);
     if (!held && holds) this.takeKey(job);
     if (held && !holds) this.handOn(job.orderingKey);
+    this.touchedWhileBlocked(job);
+  }
+
+  /**
+   * Any write to a job that waits blocked behind its key counts as letting the key go (migration 13:
+   * that is how a follower handed back gives the key on): if no job holds the key any more (its
+   * holder was pruned as a dead letter), the first job waiting behind it is unblocked.
+   */
+  private touchedWhileBlocked(job: ModelJob): void {
+    if (job.orderingKey !== null && job.blocked && isWaiting(job.state)) this.handOn(job.orderingKey);
   }
 
   /** The job queues behind every other job holding its key. */
