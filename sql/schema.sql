@@ -274,8 +274,8 @@ BEGIN
 END;
 $function$;
 
-CREATE OR REPLACE FUNCTION :"schema".ordering_release()
- RETURNS trigger
+CREATE OR REPLACE FUNCTION :"schema".ordering_hand_on(key_queues text[], key_names text[])
+ RETURNS void
  LANGUAGE plpgsql
  SET search_path TO :'schema'
  SET enable_seqscan TO 'off'
@@ -283,23 +283,12 @@ CREATE OR REPLACE FUNCTION :"schema".ordering_release()
  SET enable_mergejoin TO 'off'
 AS $function$
 DECLARE
-  key_queues text[];
-  key_names text[];
   locked int;
   next_ids uuid[];
   woken text;
 BEGIN
-  -- The keys this statement's rows let go of are those of rows with a key that hold it no more:
-  -- finished, dead without hold_key_when_dead, or a claimed follower handed back unstarted (waiting
-  -- and blocked again). A row that did not hold it before either (a dead job discarded, a blocked
-  -- job rescheduled) is counted too: its key is looked at for nothing, which changes nothing.
-  SELECT array_agg(d.queue ORDER BY d.queue, d.key), array_agg(d.key ORDER BY d.queue, d.key)
-    INTO key_queues, key_names
-    FROM (SELECT DISTINCT n.queue, n.ordering_key AS key FROM released_new AS n WHERE n.ordering_key IS NOT NULL AND NOT ((n.state = 'active' OR NOT n.blocked) AND (n.state IN ('scheduled', 'available', 'active', 'retrying') OR (n.state = 'dead' AND n.hold_key_when_dead)))) AS d;
-  IF key_queues IS NULL THEN
-    RETURN NULL; -- claims, heartbeats, jobs without keys
-  END IF;
-  -- Their rows, locked in key order in one statement (two statements cannot lock them crosswise)...
+  -- The keys' rows (key_queues, key_names: sorted by queue, then key), locked in that order in one
+  -- statement (two statements cannot lock them crosswise)...
   SELECT count(*) INTO locked FROM (
     SELECT 1 FROM ordering_keys AS o
       JOIN unnest(key_queues, key_names) AS u(queue, key) ON o.queue = u.queue AND o.key = u.key
@@ -330,7 +319,7 @@ BEGIN
                            AND j.state IN ('scheduled', 'available', 'retrying')
                          ORDER BY j.ordering_seq LIMIT 1) AS nx;
   IF next_ids IS NULL THEN
-    RETURN NULL;
+    RETURN;
   END IF;
   -- ...is unblocked (unless it was cancelled meanwhile), and its queue woken once.
   FOR woken IN
@@ -340,9 +329,50 @@ BEGIN
       RETURNING queue)
     SELECT DISTINCT queue FROM unblocked
   LOOP
-    PERFORM pg_notify(TG_TABLE_SCHEMA || '_wakeup', woken);
+    PERFORM pg_notify(current_schema() || '_wakeup', woken); -- the schema of search_path above, the jobs table's
   END LOOP;
-  RETURN NULL;
+END;
+$function$;
+
+CREATE OR REPLACE FUNCTION :"schema".ordering_release()
+ RETURNS trigger
+ LANGUAGE plpgsql
+ SET search_path TO :'schema'
+AS $function$
+DECLARE
+  key_queues text[];
+  key_names text[];
+BEGIN
+  -- The keys this statement's rows let go of are those of rows with a key that hold it no more:
+  -- finished, dead without hold_key_when_dead, or a claimed follower handed back unstarted (waiting
+  -- and blocked again). A row that did not hold it before either (a dead job discarded, a blocked
+  -- job rescheduled) is counted too: its key is looked at for nothing, which changes nothing.
+  SELECT array_agg(d.queue ORDER BY d.queue, d.key), array_agg(d.key ORDER BY d.queue, d.key)
+    INTO key_queues, key_names
+    FROM (SELECT DISTINCT n.queue, n.ordering_key AS key FROM released_new AS n WHERE n.ordering_key IS NOT NULL AND NOT ((n.state = 'active' OR NOT n.blocked) AND (n.state IN ('scheduled', 'available', 'active', 'retrying') OR (n.state = 'dead' AND n.hold_key_when_dead)))) AS d;
+  IF key_queues IS NOT NULL THEN
+    PERFORM ordering_hand_on(key_queues, key_names);
+  END IF;
+  RETURN NULL; -- claims, heartbeats, jobs without keys: nothing to hand on
+END;
+$function$;
+
+CREATE OR REPLACE FUNCTION :"schema".ordering_release_deleted()
+ RETURNS trigger
+ LANGUAGE plpgsql
+ SET search_path TO :'schema'
+AS $function$
+DECLARE
+  key_queues text[];
+  key_names text[];
+BEGIN
+  SELECT array_agg(d.queue ORDER BY d.queue, d.key), array_agg(d.key ORDER BY d.queue, d.key)
+    INTO key_queues, key_names
+    FROM (SELECT DISTINCT o.queue, o.ordering_key AS key FROM released_old AS o WHERE o.ordering_key IS NOT NULL AND (o.state = 'active' OR NOT o.blocked) AND (o.state IN ('scheduled', 'available', 'active', 'retrying') OR (o.state = 'dead' AND o.hold_key_when_dead))) AS d;
+  IF key_queues IS NOT NULL THEN
+    PERFORM ordering_hand_on(key_queues, key_names);
+  END IF;
+  RETURN NULL; -- completed, cancelled and discarded jobs held nothing
 END;
 $function$;
 
@@ -377,6 +407,7 @@ $function$;
 CREATE TRIGGER jobs_notify_new AFTER INSERT ON :"schema".jobs REFERENCING NEW TABLE AS new_jobs FOR EACH STATEMENT EXECUTE FUNCTION :"schema".notify_new_jobs();
 CREATE TRIGGER jobs_ordering_acquire BEFORE INSERT ON :"schema".jobs FOR EACH ROW WHEN ((new.ordering_key IS NOT NULL)) EXECUTE FUNCTION :"schema".ordering_acquire();
 CREATE TRIGGER jobs_ordering_release AFTER UPDATE ON :"schema".jobs REFERENCING NEW TABLE AS released_new FOR EACH STATEMENT EXECUTE FUNCTION :"schema".ordering_release();
+CREATE TRIGGER jobs_ordering_release_deleted AFTER DELETE ON :"schema".jobs REFERENCING OLD TABLE AS released_old FOR EACH STATEMENT EXECUTE FUNCTION :"schema".ordering_release_deleted();
 CREATE TRIGGER jobs_ordering_retake BEFORE UPDATE OF state ON :"schema".jobs FOR EACH ROW WHEN (((new.ordering_key IS NOT NULL) AND (NOT ((old.state = ANY (ARRAY['scheduled'::text, 'available'::text, 'active'::text, 'retrying'::text])) OR ((old.state = 'dead'::text) AND old.hold_key_when_dead))) AND ((new.state = ANY (ARRAY['scheduled'::text, 'available'::text, 'active'::text, 'retrying'::text])) OR ((new.state = 'dead'::text) AND new.hold_key_when_dead)))) EXECUTE FUNCTION :"schema".ordering_acquire();
 CREATE TRIGGER outbox_notify AFTER INSERT ON :"schema".outbox FOR EACH STATEMENT EXECUTE FUNCTION :"schema".notify_outbox();
 CREATE TRIGGER outbox_position BEFORE INSERT ON :"schema".outbox FOR EACH ROW EXECUTE FUNCTION :"schema".outbox_before_insert();

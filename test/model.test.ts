@@ -129,10 +129,11 @@ regression('a replay by filter of two dead jobs sharing a dedup key replays one 
 ]);
 
 // Found by the property in session 10 (against the model as it was): a dead job holding its
-// ordering key (onDead: 'hold') is pruned by dead-letter retention, so nothing holds the key and the
-// job behind it stays blocked; since migration 13 a write to that job (here `jobs.retry` of it, job
-// #0 once the dead one is gone) lets the key go to it, as for a follower handed back.
-regression('a job left blocked by a pruned dead holder gets its key when it is next written', () => [
+// ordering key (onDead: 'hold') is pruned by dead-letter retention. Until migration 14 nothing then
+// held the key and the job behind it stayed blocked until a write to it (here `jobs.retry` of it,
+// job #0 once the dead one is gone) let the key go to it; since migration 14 the deletion hands the
+// key on, and the model checks after the prune that the job behind is no longer blocked.
+regression('a dead holder pruned by retention hands its key to the job behind it', () => [
   new Enqueue('hold', null, 'o1', false),
   new Claim(1),
   new Fail(0, 'permanent'),

@@ -83,6 +83,42 @@ for (const db of testDatabases()) {
       assert.match(held?.status ?? '', /waiting for an earlier job with ordering key k2/);
     });
 
+    it('a dead job holding its key (onDead = hold) that dead-letter retention deletes hands the key to the job behind it', async () => {
+      const { mailroom, schema, sql } = await db.open();
+      const hold = defineJob<{ n: number; poison?: boolean }>('ordering.hold-pruned', { queue: 'hold-pruned', retry: { maxAttempts: 1 }, ordering: { onDead: 'hold' } });
+      const head = await mailroom.enqueue(hold, { n: 1, poison: true }, { orderingKey: 'k' });
+      const next = await mailroom.enqueue(hold, { n: 2 }, { orderingKey: 'k' });
+      const after = await mailroom.enqueue(hold, { n: 3 }, { orderingKey: 'k' });
+      const ran: number[] = [];
+      const handlers = {
+        [hold.name]: (j: Job<{ n: number; poison?: boolean }>) => {
+          ran.push(j.data.n);
+          if (j.data.poison) throw new Error('poison');
+        },
+      };
+      const first = mailroom.worker({ queues: ['hold-pruned'], pollInterval: 10, handlers });
+      const died = waitForEvents(first, 'failed', 1);
+      await first.start();
+      await died;
+      await first.stop();
+      assert.equal((await mailroom.jobs.get(head))?.state, 'dead');
+      assert.match((await mailroom.jobs.get(next))?.status ?? '', /waiting for an earlier job with ordering key k/);
+
+      // Retention deletes the dead job (past dead.age, 14 days by default); nothing else is written.
+      await sql(`UPDATE "${schema}".jobs SET finished_at = now() - interval '15 days' WHERE id = $1`, [head]);
+      assert.equal((await mailroom.maintain()).pruned, 1);
+      assert.equal(await mailroom.jobs.get(head), undefined);
+      const blocked = await sql<{ id: string; blocked: boolean }>(`SELECT id, blocked FROM "${schema}".jobs ORDER BY ordering_seq`);
+      assert.deepEqual(blocked, [{ id: next, blocked: false }, { id: after, blocked: true }], 'the next job has the key; the one after still waits behind it');
+
+      const second = mailroom.worker({ queues: ['hold-pruned'], pollInterval: 10, handlers });
+      const completed = waitForEvents(second, 'completed', 2);
+      await second.start();
+      await completed;
+      await second.stop();
+      assert.deepEqual(ran, [1, 2, 3]);
+    });
+
     it('enqueueMany calls with the same keys in opposite orders, at once, do not deadlock; each key keeps its enqueue order', { skip: db.name === 'pglite' ? 'one connection: no two statements at once' : false }, async () => {
       const { mailroom, schema, sql } = await db.open();
       const job = defineJob<{ key: string; from: string }>('ordering.crossed', { queue: 'crossed' });

@@ -182,13 +182,18 @@ export class JobModel {
     return expired;
   }
 
-  /** Retention past the age of the jobs `old` selects: deletes those completed, cancelled or dead. */
+  /**
+   * Retention past the age of the jobs `old` selects: deletes those completed, cancelled or dead. A
+   * deleted job that held its key (dead, with onDead 'hold') hands it on (migration 14).
+   */
   prune(old: (job: ModelJob) => boolean): number {
     const gone = this.jobs.filter((j) => old(j) && (j.state === 'completed' || j.state === 'cancelled' || j.state === 'dead'));
+    const heldKeys = new Set(gone.filter((j) => j.orderingKey !== null && this.holdsKey(j)).map((j) => j.orderingKey!));
     for (const job of gone) {
       this.jobs.splice(this.jobs.indexOf(job), 1);
       this.pruned.push(job.id);
     }
+    for (const key of heldKeys) this.handOn(key);
     return gone.length;
   }
 
