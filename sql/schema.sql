@@ -161,6 +161,18 @@ CREATE TABLE :"schema".relay_cursors (
   updated_at timestamp with time zone DEFAULT now() NOT NULL
 );
 
+CREATE TABLE :"schema".relay_parked (
+  target text NOT NULL,
+  position bigint NOT NULL,
+  xid xid8 NOT NULL,
+  event_id text NOT NULL,
+  type text NOT NULL,
+  reason text NOT NULL,
+  body text NOT NULL,
+  holder text NOT NULL,
+  parked_at timestamp with time zone DEFAULT now() NOT NULL
+);
+
 -- Constraints
 
 ALTER TABLE :"schema".consumer_groups ADD CONSTRAINT consumer_groups_pkey PRIMARY KEY (name);
@@ -177,6 +189,7 @@ ALTER TABLE :"schema".outbox ADD CONSTRAINT outbox_pkey PRIMARY KEY ("position")
 ALTER TABLE :"schema".outbox_keys ADD CONSTRAINT outbox_keys_pkey PRIMARY KEY (key);
 ALTER TABLE :"schema".queue_controls ADD CONSTRAINT queue_controls_pkey PRIMARY KEY (queue);
 ALTER TABLE :"schema".relay_cursors ADD CONSTRAINT relay_cursors_pkey PRIMARY KEY (target);
+ALTER TABLE :"schema".relay_parked ADD CONSTRAINT relay_parked_pkey PRIMARY KEY (target, "position");
 ALTER TABLE :"schema".outbox ADD CONSTRAINT outbox_id_key UNIQUE (id);
 ALTER TABLE :"schema".consumer_groups ADD CONSTRAINT consumer_groups_max_attempts_check CHECK ((max_attempts >= 1));
 ALTER TABLE :"schema".dead_letter_replays ADD CONSTRAINT dead_letter_replays_action_check CHECK ((action = ANY (ARRAY['replay'::text, 'discard'::text])));
@@ -222,6 +235,7 @@ CREATE INDEX outbox_subject_idx ON :"schema".outbox USING btree (subject, "posit
 -- (made by its constraint) CREATE UNIQUE INDEX outbox_keys_pkey ON :"schema".outbox_keys USING btree (key);
 -- (made by its constraint) CREATE UNIQUE INDEX queue_controls_pkey ON :"schema".queue_controls USING btree (queue);
 -- (made by its constraint) CREATE UNIQUE INDEX relay_cursors_pkey ON :"schema".relay_cursors USING btree (target);
+-- (made by its constraint) CREATE UNIQUE INDEX relay_parked_pkey ON :"schema".relay_parked USING btree (target, "position");
 
 -- Sequences, views and types
 

@@ -99,7 +99,7 @@ function expectedStats(oldest: number): MailroomStats {
       'cli-work': { available: 2, scheduled: 1, retrying: 0, blocked: 0, active: 0, dead: 1, oldestAgeSeconds: oldest, completedPerSecond: PER_MINUTE, failedPerSecond: PER_MINUTE },
       'consumer.cli-billing': { available: 0, scheduled: 0, retrying: 0, blocked: 0, active: 0, dead: 0, oldestAgeSeconds: 0, completedPerSecond: PER_MINUTE, failedPerSecond: 0 },
     },
-    relay: { internal: { unpublished: 0, lagSeconds: 0, heldBackBy: null, holder: null } },
+    relay: { internal: { unpublished: 0, lagSeconds: 0, heldBackBy: null, holder: null, parked: 0 } },
     consumers: { 'cli-billing': { source: null, lag: 0, unrelayed: 0, unfinished: 0, dead: 0, duplicatesRejected: 0 } },
   };
 }
@@ -234,7 +234,7 @@ describe(`mailroom status and jobs get (real binary, ${databaseUrl ? 'PostgreSQL
     assert.match(r.stdout, /^\s+queue\s+available\s+scheduled\s+retrying\s+blocked\s+active\s+dead\s+oldest\s+completed\/s\s+failed\/s$/m, show(r));
     assert.match(r.stdout, new RegExp(`^\\s+cli-work\\s+2\\s+1\\s+0\\s+0\\s+0\\s+1\\s+\\d.*?\\s+${PER_MINUTE}\\s+${PER_MINUTE}$`, 'm'), show(r));
     assert.match(r.stdout, new RegExp(`^\\s+consumer\\.cli-billing\\s+0\\s+0\\s+0\\s+0\\s+0\\s+0\\s+0s\\s+${PER_MINUTE}\\s+0$`, 'm'), show(r));
-    assert.match(r.stdout, /^\s+internal\s+0\s+0s\s+-\s+none running$/m, show(r));
+    assert.match(r.stdout, /^\s+internal\s+0\s+0s\s+0\s+-\s+none running$/m, show(r));
     assert.match(r.stdout, /^\s+cli-billing\s+0\s+0\s+0\s+0\s+0\s+relay$/m, show(r));
     assert.match(r.stdout, /Unhealthy: 1 check failed/, show(r));
     assert.match(r.stdout, /^  queue cli-work: 1 dead letter, more than --max-dead 0$/m, show(r));
@@ -346,7 +346,7 @@ describe(`mailroom status and jobs get (real binary, ${databaseUrl ? 'PostgreSQL
 describe('the health verdict of status --check', () => {
   const limits = { maxAgeSeconds: 300, maxDead: 0, maxLagSeconds: 60 };
   const queue = { available: 4, scheduled: 0, retrying: 0, blocked: 0, active: 1, dead: 0, oldestAgeSeconds: 0, completedPerSecond: 0, failedPerSecond: 0 };
-  const target = { unpublished: 0, lagSeconds: 0, heldBackBy: null, holder: 'relay-1' };
+  const target = { unpublished: 0, lagSeconds: 0, heldBackBy: null, holder: 'relay-1', parked: 0 };
   const group = { source: null, lag: 0, unrelayed: 0, unfinished: 0, dead: 0, duplicatesRejected: 0 };
 
   it('passes at the limits and names each crossed one: queue age, dead letters, relay lag and the consumer group waiting on it', () => {
@@ -374,6 +374,19 @@ describe('the health verdict of status --check', () => {
         ['max-lag', 'consumer group billing', 75, 60, 'consumer group billing: 3 events not delivered to it yet, waiting up to 1m 15s, longer than --max-lag 1m (is a relay running?)'],
       ],
     );
+  });
+});
+
+describe('parked relay events in the health verdict', () => {
+  it('a relay target with more parked events than --max-dead fails the max-dead check, naming the target', () => {
+    const limits = { maxAgeSeconds: 300, maxDead: 0, maxLagSeconds: 60 };
+    const target = { unpublished: 0, lagSeconds: 0, heldBackBy: null, holder: 'relay-1', parked: 0 };
+    const stats: MailroomStats = { queues: {}, relay: { internal: target, 'nats:orders': { ...target, parked: 2 } }, consumers: {} };
+    assert.deepEqual(
+      checkHealth(stats, limits).map((f) => [f.check, f.subject, f.value, f.limit, f.message]),
+      [['max-dead', 'relay target nats:orders', 2, 0, 'relay target nats:orders: 2 parked events (refused by the target for good, see relay_parked), more than --max-dead 0']],
+    );
+    assert.deepEqual(checkHealth(stats, { ...limits, maxDead: 2 }), []);
   });
 });
 

@@ -13,6 +13,7 @@ import type { SafetyWarning } from '../src/brokers/safety.ts';
 import type { SourceContext, SourceMessage } from '../src/brokers/source.ts';
 import { CLOUDEVENTS_CONTENT_TYPE, toWireMessage } from '../src/brokers/wire.ts';
 import { ValidationError } from '../src/errors.ts';
+import { RefusedEventError } from '../src/relay/refused.ts';
 import { toEnvelope } from '../src/events/envelope.ts';
 import { newId } from '../src/ids.ts';
 import type { RelayContext, RelayedEvent } from '../src/relay/target.ts';
@@ -228,6 +229,23 @@ describe('nats target', { skip }, () => {
     }).finally(() => deleteStream(NATS, stream));
   });
 
+  test("an event over the server's max_payload is refused for good (RefusedEventError naming it); the events before it are stored", async () => {
+    const stream = `mr-${unique()}`;
+    const target = nats({ url: NATS, stream });
+    await closing([target], async () => {
+      // Over max_payload (1 MB by default): the client refuses to send it.
+      const batch = events(3, { dataBytes: (i) => (i === 1 ? 1_100_000 : 0) });
+      await assert.rejects(target.publish(batch, relayContext), (error: unknown) => {
+        assert.ok(error instanceof RefusedEventError, `refused for good, got ${String(error)}`);
+        assert.equal(error.eventId, batch[1]!.envelope.id);
+        assert.match(error.reason, /^nats: the message is larger than the server's max_payload .*raise max_payload or lower mailroom's maxPayloadBytes; stream mr-/);
+        return true;
+      });
+      const ids = (await readStream(NATS, stream)).map((m) => m.headers['Nats-Msg-Id']);
+      assert.deepEqual(ids, [batch[0]!.envelope.id]);
+    }).finally(() => deleteStream(NATS, stream));
+  });
+
   test('declares a missing stream: subjects <prefix>.>, file storage, a duplicate window covering the republish horizon', async () => {
     const stream = `mr-${unique()}`;
     const target = nats({ url: NATS, stream, subjectPrefix: `shop.${stream}` });
@@ -313,14 +331,19 @@ describe('nats target', { skip }, () => {
     }).finally(() => deleteStream(NATS, stream));
   });
 
-  test('an event the stream refuses fails the batch, and no later event of it is stored ahead of it', async () => {
+  test("an event over the stream's max_msg_size is refused for good (RefusedEventError naming it), and no later event of the batch is stored ahead of it", async () => {
     const stream = `mr-${unique()}`;
     await createStream(NATS, stream, { maxMsgSize: 2_000 });
     const target = nats({ url: NATS, stream, declare: false });
     await closing([target], async () => {
       // Event 3 (index 2) is too big for the stream; the later, small ones must not overtake it.
       const batch = events(6, { dataBytes: (i) => (i === 2 ? 5_000 : 10) });
-      await assert.rejects(target.publish(batch, relayContext), /nats: publishing event 3 of 6 .* failed: .*maximum/i);
+      await assert.rejects(target.publish(batch, relayContext), (error: unknown) => {
+        assert.ok(error instanceof RefusedEventError, `refused for good, got ${String(error)}`);
+        assert.equal(error.eventId, batch[2]!.envelope.id);
+        assert.match(error.reason, new RegExp(`^nats: the stream refuses the message as larger than its max_msg_size \\(message size exceeds maximum allowed\\); stream ${stream}, subject ${stream}\\.order\\.created$`));
+        return true;
+      });
       const ids = (await readStream(NATS, stream)).map((m) => m.headers['Nats-Msg-Id']);
       assert.deepEqual(ids, batch.slice(0, 2).map((x) => x.envelope.id));
     }).finally(() => deleteStream(NATS, stream));

@@ -74,6 +74,16 @@ export function checkHealth(stats: MailroomStats, limits: HealthThresholds): Fai
         message: `relay target ${target}: ${r.unpublished} unpublished event${r.unpublished === 1 ? '' : 's'}, the oldest for ${age(r.lagSeconds)}, longer than --max-lag ${age(limits.maxLagSeconds)}${held}${idle}`,
       });
     }
+    // Parked events are the relay's dead letters: refused by the target for good, never delivered to it.
+    if (r.parked > limits.maxDead) {
+      failed.push({
+        check: 'max-dead',
+        subject: `relay target ${target}`,
+        value: r.parked,
+        limit: limits.maxDead,
+        message: `relay target ${target}: ${r.parked} parked event${r.parked === 1 ? '' : 's'} (refused by the target for good, see relay_parked), more than --max-dead ${limits.maxDead}`,
+      });
+    }
   }
   const internalLag = stats.relay[INTERNAL_TARGET]?.lagSeconds ?? 0;
   for (const [group, g] of Object.entries(stats.consumers).sort(([a], [b]) => a.localeCompare(b))) {

@@ -83,8 +83,8 @@ export function statusText(stats: MailroomStats, where: string): string {
     targets.length === 0
       ? '  none (no relay has run on this schema)\n'
       : table(
-          [{ heading: 'target' }, { heading: 'unpublished', right: true }, { heading: 'lag', right: true }, { heading: 'held back by' }, { heading: 'relay' }],
-          targets.map(([name, r]) => [name, String(r.unpublished), formatAge(r.lagSeconds), heldBack(r.heldBackBy), r.holder ?? 'none running']),
+          [{ heading: 'target' }, { heading: 'unpublished', right: true }, { heading: 'lag', right: true }, { heading: 'parked', right: true }, { heading: 'held back by' }, { heading: 'relay' }],
+          targets.map(([name, r]) => [name, String(r.unpublished), formatAge(r.lagSeconds), String(r.parked), heldBack(r.heldBackBy), r.holder ?? 'none running']),
         );
   const groups = Object.entries(stats.consumers).sort(([a], [b]) => a.localeCompare(b));
   out += '\nConsumer groups\n';
@@ -107,7 +107,7 @@ export function statusText(stats: MailroomStats, where: string): string {
 }
 
 function verdictText(failed: readonly FailedCheck[], limits: HealthThresholds): string {
-  const checked = `oldest waiting job at most ${formatAge(limits.maxAgeSeconds)}, at most ${limits.maxDead} dead letters per queue, relay and consumer lag at most ${formatAge(limits.maxLagSeconds)}`;
+  const checked = `oldest waiting job at most ${formatAge(limits.maxAgeSeconds)}, at most ${limits.maxDead} dead letters per queue (parked events per relay target), relay and consumer lag at most ${formatAge(limits.maxLagSeconds)}`;
   if (failed.length === 0) return `\nHealthy: ${checked}.\n`;
   return `\nUnhealthy: ${failed.length} check${failed.length === 1 ? '' : 's'} failed (${checked}):\n${failed.map((f) => `  ${f.message}\n`).join('')}`;
 }
@@ -121,7 +121,7 @@ export const statusCommand: CommandSpec = {
     ...DATABASE_OPTIONS,
     check: { type: 'boolean', description: 'exit 3 when a threshold below is crossed (0 when healthy), naming each failed check' },
     'max-age': { type: 'string', value: 'DURATION', description: `with --check: longest a job may wait once due, in any queue (default ${DEFAULT_THRESHOLDS.maxAge})` },
-    'max-dead': { type: 'string', value: 'N', description: `with --check: most dead letters allowed in any one queue (default ${DEFAULT_THRESHOLDS.maxDead})` },
+    'max-dead': { type: 'string', value: 'N', description: `with --check: most dead letters allowed in any one queue, and parked events in any one relay target (default ${DEFAULT_THRESHOLDS.maxDead})` },
     'max-lag': {
       type: 'string',
       value: 'DURATION',
@@ -131,10 +131,10 @@ export const statusCommand: CommandSpec = {
   details:
     'Queues: jobs available (due now), scheduled, retrying, blocked (behind an earlier job of their ordering\n' +
     'key), active and dead; how long the oldest available job has been due; completions and failed attempts\n' +
-    'per second over the last minute. Relay targets: events not yet published, the age of the oldest, and\n' +
-    'the open transaction holding the relay back. Consumer groups: lag (events not yet relayed to the group\n' +
-    'plus its unfinished jobs), dead letters, and redeliveries its inbox rejected. Numbers come from the\n' +
-    'database, so they count the work of every process.\n' +
+    'per second over the last minute. Relay targets: events not yet published, the age of the oldest, events\n' +
+    'the target refused for good (parked in relay_parked), and the open transaction holding the relay back.\n' +
+    'Consumer groups: lag (events not yet relayed to the group plus its unfinished jobs), dead letters, and\n' +
+    'redeliveries its inbox rejected. Numbers come from the database, so they count the work of every process.\n' +
     '\n' +
     '--json prints the mailroom.stats() object (with --check, plus "health": { ok, thresholds, failed }).\n' +
     '\n' +

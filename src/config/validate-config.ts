@@ -78,7 +78,7 @@ const CONSUMER_KEYS = {
   globalConcurrency: true,
   maintenance: true,
 } satisfies Keys<ConsumerOptions>;
-const RELAY_KEYS = { to: true, internal: true, batchSize: true, pollInterval: true, lease: true, retention: true, id: true } satisfies Keys<RelayOptions>;
+const RELAY_KEYS = { to: true, internal: true, batchSize: true, pollInterval: true, lease: true, retention: true, id: true, onRefused: true } satisfies Keys<RelayOptions>;
 const METRICS_KEYS = { port: true, host: true, path: true, prefix: true, drainTargetSeconds: true, workerConcurrency: true } satisfies Keys<MetricsConfig>;
 const QUEUE_KEYS = { owner: true } satisfies Keys<QueueSettings>;
 const RETENTION_KEYS = { completed: true, dead: true, dedupKeys: true, batchSize: true, interval: true } satisfies Keys<RetentionOptions>;

@@ -14,6 +14,8 @@ export interface RelayTargetStats {
   heldBackBy: HeldBackBy | null;
   /** The relay holding the target's lease, or null. */
   holder: string | null;
+  /** Events the target refused for good, parked in `relay_parked` (see `relay({ onRefused })`). */
+  parked: number;
 }
 
 /** Health numbers of one consumer group. */
@@ -41,7 +43,7 @@ export interface EventStats {
 /** Reads relay and consumer health from the database (every process's work counts). */
 export async function readEventStats(driver: Driver, relay: RelayQueries, consumers: ConsumerQueries): Promise<EventStats> {
   const [targets, groups] = await Promise.all([
-    driver.run<{ target: string; holder: string | null; locked_until: Date | null; unpublished: number; lag_seconds: number; behind_fence: number; fence: string }>(
+    driver.run<{ target: string; holder: string | null; locked_until: Date | null; unpublished: number; lag_seconds: number; behind_fence: number; fence: string; parked: number }>(
       relay.cursorStats,
       [],
     ),
@@ -55,6 +57,7 @@ export async function readEventStats(driver: Driver, relay: RelayQueries, consum
       lagSeconds: Math.round(t.lag_seconds * 1000) / 1000,
       heldBackBy: t.behind_fence > 0 ? await findHolder(driver, relay, BigInt(t.fence)) : null,
       holder: leased ? t.holder : null,
+      parked: t.parked,
     };
   }
   for (const g of groups.rows) {

@@ -124,6 +124,11 @@ export function forwardRelay(relay: Relay, bus: Bus, lazy: LazyForwarding): void
       if (bus.listenerCount('relay.held-back') > 0) bus.emit('relay.held-back', info);
     }),
   );
+  lazy.when(['relay.parked'], () =>
+    relay.on('parked', (info) => {
+      if (bus.listenerCount('relay.parked') > 0) bus.emit('relay.parked', info);
+    }),
+  );
   relay.on('warning', (warning) => reportWarning(bus, relay, { component: 'relay', name: warning.subject }, warning));
   relay.on('error', (error) => reportError(bus, relay, { component: 'relay' }, error));
 }

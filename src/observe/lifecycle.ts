@@ -5,6 +5,7 @@
  */
 import type { SafetyWarning } from '../brokers/safety.ts';
 import type { HeldBackBy } from '../relay/held-back.ts';
+import type { ParkedEvent } from '../relay/parking.ts';
 
 /** The job an event is about. */
 export interface JobEventRef {
@@ -57,6 +58,8 @@ export interface MailroomEvents {
   'relay.published': [info: { target: string; count: number }];
   /** Committed events wait behind an open transaction. */
   'relay.held-back': [info: { target: string; waiting: number; heldBackBy: HeldBackBy }];
+  /** A target refused an event for good; it was parked (`relay_parked`) and the events after it go on. */
+  'relay.parked': [info: ParkedEvent];
   /** A redelivered event was acknowledged without running the handler (its inbox key existed). */
   'consumer.duplicate': [event: { group: string; id: string; type: string }];
   /** A broker or target setting breaks a guarantee. */

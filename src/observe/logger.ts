@@ -49,6 +49,12 @@ export function attachLogger(bus: SafeEmitter<MailroomEvents>, logger: MailroomL
   bus.on('relay.held-back', (info) =>
     logger.warn({ target: info.target, waiting: info.waiting, heldBackBy: info.heldBackBy }, `relay ${info.target}: committed events wait behind an open transaction`),
   );
+  bus.on('relay.parked', (info) =>
+    logger.error(
+      { target: info.target, eventId: info.eventId, eventType: info.type, position: info.position, reason: info.reason },
+      `relay ${info.target}: event ${info.eventId} (${info.type}) refused for good and parked: ${info.reason}`,
+    ),
+  );
   bus.on('consumer.duplicate', (event) => logger.info({ group: event.group, eventId: event.id, eventType: event.type }, `consumer ${event.group}: duplicate delivery acknowledged without running the handler`));
   bus.on('warning', (warning) => logger.warn({ code: warning.code, subject: warning.subject, origin: warning.origin }, warning.message));
   bus.on('error', ({ origin, error }) => logger.error({ origin, ...errorFields(error) }, `${origin.component}${origin.name ? ` ${origin.name}` : ''}: ${error instanceof Error ? error.message : String(error)}`));

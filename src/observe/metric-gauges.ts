@@ -87,6 +87,7 @@ export function registerStatsMetrics(source: MetricsSource, registry: Registry, 
   perTarget('mailroom_relay_unpublished', 'Committed outbox events the target has not received yet', (t) => t.unpublished);
   perTarget('mailroom_relay_lag_seconds', 'Age of the oldest event the target has not received, in seconds', (t) => t.lagSeconds);
   perTarget('mailroom_relay_held_back', '1 when an open transaction keeps committed events from the target', (t) => (t.heldBackBy ? 1 : 0));
+  perTarget('mailroom_relay_parked', 'Events the target refused for good, parked in relay_parked', (t) => t.parked);
 
   new Gauge({
     name: `${prefix}mailroom_consumer_lag`,

@@ -22,6 +22,14 @@ export interface RelayOptions {
   retention?: Duration;
   /** Identifies this relay as the holder of a lease. Default host:pid:random. */
   id?: string;
+  /**
+   * What to do with an event a target refuses for good (it throws
+   * `RefusedEventError`: too large for the broker, say). `'park'` (default):
+   * record it in `relay_parked`, move past it and deliver the events after it.
+   * `'hold'`: retry it, holding every later event of that target back until
+   * the cause is fixed.
+   */
+  onRefused?: 'park' | 'hold';
 }
 
 /** Relay options validated, with defaults filled in. */
@@ -32,6 +40,7 @@ export interface ResolvedRelayOptions {
   leaseMs: number;
   retentionMs: number;
   id: string;
+  onRefused: 'park' | 'hold';
 }
 
 function invalid(path: string, message: string): ValidationError {
@@ -61,6 +70,10 @@ export function resolveRelayOptions(options: RelayOptions, internal: RelayTarget
   if (leaseMs < 100) throw invalid('lease', `relay: lease must be at least 100ms, got ${leaseMs} ms`);
   const id = options.id ?? `${hostname()}:${process.pid}:${newId().slice(-8)}`;
   if (typeof id !== 'string' || id.length === 0 || id.length > 200) throw invalid('id', 'relay: id must be a non-empty string of at most 200 characters');
+  const onRefused = options.onRefused ?? 'park';
+  if (onRefused !== 'park' && onRefused !== 'hold') {
+    throw invalid('onRefused', `relay: onRefused must be 'park' or 'hold', got ${JSON.stringify(options.onRefused) ?? String(options.onRefused)}`);
+  }
   return {
     targets,
     batchSize,
@@ -68,5 +81,6 @@ export function resolveRelayOptions(options: RelayOptions, internal: RelayTarget
     leaseMs,
     retentionMs: toMilliseconds(options.retention ?? '7d', 'relay retention'),
     id,
+    onRefused,
   };
 }

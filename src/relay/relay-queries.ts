@@ -21,6 +21,8 @@ export interface RelayQueries {
   afterCursor: NamedQuery;
   oldestTransaction: NamedQuery;
   cursorStats: NamedQuery;
+  park: NamedQuery;
+  parkedAhead: NamedQuery;
 }
 
 const MS = `* interval '1 millisecond'`;
@@ -145,10 +147,30 @@ export function relayQueries(quotedSchema: string): RelayQueries {
               count(o.position)::int AS unpublished,
               COALESCE(extract(epoch FROM now() - min(o.created_at)), 0)::float8 AS lag_seconds,
               count(o.position) FILTER (WHERE o.xid >= pg_snapshot_xmin(pg_current_snapshot()))::int AS behind_fence,
-              pg_snapshot_xmin(pg_current_snapshot())::text AS fence
+              pg_snapshot_xmin(pg_current_snapshot())::text AS fence,
+              (SELECT count(*) FROM ${s}.relay_parked AS p WHERE p.target = c.target)::int AS parked
          FROM ${s}.relay_cursors AS c
          LEFT JOIN ${s}.outbox AS o ON (o.xid, o.position) > (c.cursor_xid, c.cursor_position)
         GROUP BY c.target, c.holder, c.locked_until ORDER BY c.target`,
+    ),
+    // $1 target, $2 holder, $3 token, $4 position, $5 xid, $6 event id, $7 type, $8 reason, $9 body.
+    // Parks an event the target refused for good, fenced by the lease (no row: the lease was lost).
+    // An event parked before keeps its first record (the row is returned all the same).
+    park: q(
+      'relay_park',
+      `INSERT INTO ${s}.relay_parked AS p (target, position, xid, event_id, type, reason, body, holder)
+       SELECT c.target, $4::bigint, $5::xid8, $6, $7, $8, $9, $2
+         FROM ${s}.relay_cursors AS c
+        WHERE c.target = $1 AND c.holder = $2 AND c.token = $3::bigint
+       ON CONFLICT (target, position) DO UPDATE SET target = p.target
+       RETURNING p.position`,
+    ),
+    // $1 target. Its parked events its cursor has not passed yet.
+    parkedAhead: q(
+      'relay_parked_ahead',
+      `SELECT p.position::text AS position, p.xid::text AS xid
+         FROM ${s}.relay_parked AS p JOIN ${s}.relay_cursors AS c ON c.target = p.target
+        WHERE p.target = $1 AND (p.xid, p.position) > (c.cursor_xid, c.cursor_position)`,
     ),
   };
 }

@@ -9,8 +9,10 @@ import type { ResolvedRelayOptions } from './options.ts';
 import { planBatch, readFence, type OutboxPoint } from './read-batch.ts';
 import { NO_TRANSACTION, readBatch, type ReadBatch } from './read-ahead.ts';
 import type { RelayQueries } from './relay-queries.ts';
-import { StoredEvent } from './stored-event.ts';
+import { StoredEvent, storedRowOf } from './stored-event.ts';
 import type { RelayedEvent, RelayTarget } from './target.ts';
+import { ParkedEvents, type ParkedEvent } from './parking.ts';
+import { RefusedEventError } from './refused.ts';
 import { Waker } from '../worker/waker.ts';
 
 /** Events a relay emits. */
@@ -23,6 +25,8 @@ export interface RelayEvents {
   /** Another relay took the target over (this one had stopped renewing in time). */
   'lease-lost': [info: { target: string }];
   pruned: [info: { events: number }];
+  /** A target refused an event for good and it was parked (`onRefused: 'park'`): the events after it go on. */
+  parked: [info: ParkedEvent];
   /** A target's broker setting breaks a guarantee (found at start; printed with console.warn when nobody listens). */
   warning: [warning: SafetyWarning];
   /** Infrastructure trouble (database unreachable, a target failing). The relay keeps going. */
@@ -52,6 +56,8 @@ interface TargetState {
   ahead: Promise<Ahead | null> | null;
   /** Rounds in a row that found events deliverable and delivered none (see {@link Relay.stalled}). */
   emptyAgain: number;
+  /** The target's parked events its cursor has not passed: left out of its batches. */
+  parked: ParkedEvents;
 }
 
 /** A batch read ahead; `sent` settles with true when a pipelined target's conditional send of it was confirmed. */
@@ -114,7 +120,17 @@ export class Relay extends SafeEmitter<RelayEvents> {
   ) {
     super();
     this.id = options.id;
-    this.states = options.targets.map((target) => ({ target, token: null, busy: Promise.resolve(), waker: new Waker(), heldBackSince: null, lastHeldBackReport: 0, ahead: null, emptyAgain: 0 }));
+    this.states = options.targets.map((target) => ({
+      target,
+      token: null,
+      busy: Promise.resolve(),
+      waker: new Waker(),
+      heldBackSince: null,
+      lastHeldBackReport: 0,
+      ahead: null,
+      emptyAgain: 0,
+      parked: new ParkedEvents(driver, queries, target.name),
+    }));
   }
 
   /** The names of this relay's targets. */
@@ -311,7 +327,9 @@ export class Relay extends SafeEmitter<RelayEvents> {
   private async acquire(s: TargetState): Promise<string | null> {
     const { rows } = await this.driver.run<{ token: string }>(this.queries.acquire, [s.target.name, this.id, this.options.leaseMs]);
     const token = rows[0]?.token ?? null;
-    if (token !== null) this.emit('lease-acquired', { target: s.target.name, token });
+    if (token === null) return null;
+    await s.parked.load();
+    this.emit('lease-acquired', { target: s.target.name, token });
     return token;
   }
 
@@ -341,6 +359,8 @@ export class Relay extends SafeEmitter<RelayEvents> {
     if (token === null) return { kind: 'lost' };
     const name = s.target.name;
     const fence = await readFence(this.driver, this.queries);
+    let start: OutboxPoint | null = null;
+    let sent: StoredEvent[] = [];
     try {
       // A relay paused with the round open (SIGSTOP) must not hold the cursor past its lease: the
       // server ends a transaction left idle that long.
@@ -349,17 +369,20 @@ export class Relay extends SafeEmitter<RelayEvents> {
         const row = begun.rows[0];
         if (!row) return { kind: 'lost' };
         const cursor = { xid: BigInt(row.cursor_xid), position: BigInt(row.cursor_position) };
+        start = cursor;
         const plan = await planBatch(tx, this.queries, cursor, fence, this.options.batchSize);
         if (plan.rows.length === 0 || plan.cursor === null) {
           return { kind: 'done', delivered: 0, exhausted: plan.exhausted, blockedBy: plan.blockedBy, fence, cursor };
         }
-        const events = plan.rows.map((row) => new StoredEvent(row));
-        await publishTraced(s.target, events, { tx });
+        const events = s.parked.without(plan.rows.map((row) => new StoredEvent(row)));
+        sent = events;
+        if (events.length > 0) await publishTraced(s.target, events, { tx });
         const next = plan.cursor;
         const advanced = await tx.query(this.queries.advance.text, [name, this.id, token, String(next.xid), String(next.position), events.length]);
         if (advanced.rowCount !== 1) throw new LeaseLost('lease lost during the round');
         return { kind: 'done', delivered: events.length, exhausted: plan.exhausted, blockedBy: plan.blockedBy, fence, cursor: next };
       }, { idleTimeoutMs: Math.max(1, Math.ceil(this.options.leaseMs)) });
+      if (result.kind === 'done') s.parked.passed(result.cursor);
       if (result.kind === 'done' && result.delivered > 0) {
         const { xid, position } = result.cursor;
         this.emit('delivered', { target: name, count: result.delivered, cursor: { xid: String(xid), position: String(position) } });
@@ -367,8 +390,42 @@ export class Relay extends SafeEmitter<RelayEvents> {
       return result;
     } catch (error) {
       if (error instanceof LeaseLost) return { kind: 'lost' };
+      if (error instanceof RefusedEventError && start !== null) return this.refused(s, token, error, sent, fence, start);
       throw error;
     }
+  }
+
+  /**
+   * A target refused one event of the batch for good: with `onRefused: 'park'`
+   * the event is parked and the next round (at once) sends the batch without
+   * it; with `'hold'`, or when the target named an event it was not given, the
+   * refusal is a failed round like any other (retried with backoff).
+   */
+  private async refused(s: TargetState, token: string, error: RefusedEventError, events: readonly RelayedEvent[], fence: bigint, cursor: OutboxPoint): Promise<Round> {
+    const name = s.target.name;
+    const event = events.find((e) => storedRowOf(e).id === error.eventId);
+    if (event === undefined) {
+      throw new MailroomError(
+        `relay target ${name} refused event ${error.eventId}, which is not in the batch it was given (${events.length} events from position ${events[0]?.position ?? '-'}); the batch is retried. A RefusedEventError must name an event of the batch by its envelope id`,
+        { cause: error },
+      );
+    }
+    if (this.options.onRefused === 'hold') {
+      throw new MailroomError(
+        `relay target ${name} refused event ${error.eventId} (position ${event.position}): ${error.reason}; with onRefused: 'hold' the relay retries it and delivers nothing after it to this target until the cause is fixed`,
+        { cause: error },
+      );
+    }
+    const parked = await s.parked.park(event, error.reason, this.id, token);
+    if (parked === 'lost') return { kind: 'lost' };
+    if (parked === 'again') {
+      throw new MailroomError(`relay target ${name} refused event ${error.eventId} (position ${event.position}) again after it was parked: ${error.reason}`, { cause: error });
+    }
+    const type = storedRowOf(event).type;
+    const info = { target: name, eventId: error.eventId, type, position: event.position, reason: error.reason };
+    if (this.listenerCount('parked') > 0) this.emit('parked', info);
+    else console.error(`[mailroom] relay ${this.id}: target ${name} refused event ${info.eventId} (${type}, position ${info.position}) for good; parked in relay_parked: ${info.reason}`);
+    return { kind: 'done', delivered: 0, exhausted: false, blockedBy: null, fence, cursor };
   }
 
   /**
@@ -394,20 +451,22 @@ export class Relay extends SafeEmitter<RelayEvents> {
       batch = await read(null);
     }
     if (batch === null) return { kind: 'lost' };
-    const { plan, events } = batch;
+    const { plan } = batch;
+    const events = s.parked.without(batch.events);
     const { fence } = plan;
-    if (events.length === 0 || plan.cursor === null) {
+    if (plan.cursor === null || (events.length === 0 && batch.events.length === 0)) {
       return { kind: 'done', delivered: 0, exhausted: plan.exhausted, blockedBy: plan.blockedBy, fence, cursor: batch.from };
     }
     const next = plan.cursor;
     // The batch before this one is confirmed: send this one as it is unless its conditional send was confirmed.
-    const publishAgain = () => publishTraced(s.target, events, { tx: NO_TRANSACTION });
+    const publishAgain = () => (events.length === 0 ? Promise.resolve() : publishTraced(s.target, events, { tx: NO_TRANSACTION }));
     const publishing = sent === null ? publishAgain() : sent.then((confirmed) => (confirmed ? undefined : publishAgain()));
-    if (!plan.exhausted && plan.blockedBy === null) s.ahead = this.readNext(s, read(next), events.at(-1)!);
+    if (!plan.exhausted && plan.blockedBy === null) s.ahead = this.readNext(s, read(next), events.at(-1) ?? null);
     try {
       await publishing;
     } catch (error) {
       await this.dropReadAhead(s);
+      if (error instanceof RefusedEventError) return this.refused(s, token, error, events, fence, batch.from);
       throw error;
     }
     const advanced = await this.driver.run(this.queries.advanceNow, [name, this.id, token, String(next.xid), String(next.position), events.length, this.options.leaseMs]);
@@ -415,7 +474,8 @@ export class Relay extends SafeEmitter<RelayEvents> {
       await this.dropReadAhead(s);
       return { kind: 'lost' };
     }
-    this.emit('delivered', { target: name, count: events.length, cursor: { xid: String(next.xid), position: String(next.position) } });
+    s.parked.passed(next);
+    if (events.length > 0) this.emit('delivered', { target: name, count: events.length, cursor: { xid: String(next.xid), position: String(next.position) } });
     return { kind: 'done', delivered: events.length, exhausted: plan.exhausted, blockedBy: plan.blockedBy, fence, cursor: next };
   }
 
@@ -425,11 +485,12 @@ export class Relay extends SafeEmitter<RelayEvents> {
    * confirms both batches in one wait. A send refused (the condition failed,
    * or anything else) is sent again by its own round, once this batch is confirmed.
    */
-  private readNext(s: TargetState, reading: Promise<ReadBatch | null>, after: RelayedEvent): Promise<Ahead | null> {
+  private readNext(s: TargetState, reading: Promise<ReadBatch | null>, after: RelayedEvent | null): Promise<Ahead | null> {
     return reading.then((batch) => {
       if (batch === null) return null;
-      if (s.target.pipelined !== true || batch.events.length === 0 || batch.plan.cursor === null) return { batch, sent: null };
-      const sent = publishTraced(s.target, batch.events, { tx: NO_TRANSACTION, after }).then(
+      const events = s.parked.without(batch.events);
+      if (s.target.pipelined !== true || after === null || events.length === 0 || batch.plan.cursor === null) return { batch, sent: null };
+      const sent = publishTraced(s.target, events, { tx: NO_TRANSACTION, after }).then(
         () => true,
         () => false,
       );

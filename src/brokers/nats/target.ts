@@ -9,6 +9,7 @@ import type { SafetyWarning, TargetCheckContext } from '../safety.ts';
 import { wireMessageOf, type WireMessage } from '../wire.ts';
 import { storedRowOf } from '../../relay/stored-event.ts';
 import type { RelayContext, RelayedEvent, RelayTarget } from '../../relay/target.ts';
+import { RefusedEventError } from '../../relay/refused.ts';
 import { targetWarnings } from './check.ts';
 import { closeQuietly, describeServers, openConnection, reason } from './connect.ts';
 import { isLiteralSubject, resolveTargetOptions, type NatsTargetOptions, type ResolvedNatsTargetOptions } from './options.ts';
@@ -20,6 +21,9 @@ const LINE_BREAK = /[\r\n]/;
 
 /** The server's error code for a failed `Nats-Expected-Last-Msg-Id` check. */
 const WRONG_LAST_MSG_ID = 10070;
+
+/** The stream's error code for a message larger than its `max_msg_size`. */
+const MESSAGE_TOO_LARGE = 10054;
 
 interface Session {
   nc: NatsConnection;
@@ -60,7 +64,7 @@ export class NatsTarget implements RelayTarget {
     if (events.length === 0) return;
     const messages = events.map(wireMessageOf);
     for (const m of messages) {
-      if (!isLiteralSubject(m.type)) throw new Error(`nats: event ${m.id} has type ${JSON.stringify(m.type)}, which is not a valid subject token sequence`);
+      if (!isLiteralSubject(m.type)) throw new RefusedEventError(m.id, `nats: its type ${JSON.stringify(m.type)} is not a valid subject token sequence`);
     }
     const session = await this.#connected();
     const deadline = Date.now() + this.#options.ackTimeoutMs;
@@ -89,12 +93,17 @@ export class NatsTarget implements RelayTarget {
     const first = outcomes.findIndex((o) => !o.ok);
     if (first === -1) return;
     const failed = outcomes[first] as { ok: false; error: unknown };
+    const refusal = refusalOf(failed.error);
+    if (refusal !== null) throw this.#refused(messages[first]!, refusal, failed.error);
     if (afterId !== null || !(failed.error instanceof PubAckError && failed.error.errCode === WRONG_LAST_MSG_ID)) {
       throw this.#publishError(messages[first]!, failed.error, first, messages.length);
     }
     for (let i = first; i < messages.length; i++) {
       const [outcome] = await this.#sendAll(session, [messages[i]!], deadline, null);
-      if (!outcome!.ok) throw this.#publishError(messages[i]!, outcome!.error, i, messages.length);
+      if (outcome!.ok) continue;
+      const refused = refusalOf(outcome!.error);
+      if (refused !== null) throw this.#refused(messages[i]!, refused, outcome!.error);
+      throw this.#publishError(messages[i]!, outcome!.error, i, messages.length);
     }
   }
 
@@ -126,6 +135,11 @@ export class NatsTarget implements RelayTarget {
     } finally {
       clearTimeout(timer);
     }
+  }
+
+  /** The event refused for good, with where it was going (kept with the parked event). */
+  #refused(m: WireMessage, refusal: string, cause: unknown): RefusedEventError {
+    return new RefusedEventError(m.id, `nats: ${refusal}; stream ${this.#options.stream}, subject ${this.#options.subjectPrefix}.${m.type}`, { cause });
   }
 
   #publishError(m: WireMessage, error: unknown, index: number, count: number): Error {
@@ -198,6 +212,18 @@ export class NatsTarget implements RelayTarget {
     await closeQuietly(session?.nc ?? null);
     if (connecting) await connecting.then((s) => closeQuietly(s.nc), () => undefined);
   }
+}
+
+/**
+ * Why the server or the client refuses a message for good (it would be
+ * refused on every retry), or null for a failure worth retrying.
+ */
+function refusalOf(error: unknown): string | null {
+  if (error instanceof PubAckError && error.errCode === MESSAGE_TOO_LARGE) return `the stream refuses the message as larger than its max_msg_size (${error.message})`;
+  if (error instanceof Error && error.name === 'InvalidArgumentError' && /max_payload/.test(error.message)) {
+    return `the message is larger than the server's max_payload (${error.message}); raise max_payload or lower mailroom's maxPayloadBytes`;
+  }
+  return null;
 }
 
 function isTimeout(error: unknown): boolean {

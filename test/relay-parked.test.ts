@@ -1,0 +1,225 @@
+/**
+ * Events a relay target refuses for good (RefusedEventError): parked by
+ * default, with the events after them delivered; held with
+ * `onRefused: 'hold'`; a refusal naming an event the target was not given is
+ * a failed round. The real NATS case (an event over the server's max_payload)
+ * is in nats.test.ts.
+ */
+import assert from 'node:assert/strict';
+import { describe, it } from 'node:test';
+import { defineEvent, RefusedEventError, ValidationError, type Mailroom, type ParkedEvent, type RelayContext, type RelayedEvent, type RelayTarget } from '../src/index.ts';
+import { nats } from '../src/brokers/nats/index.ts';
+import { testDatabases, type TestMailroom } from './helpers/databases.ts';
+import { withJsm } from './helpers/brokers/nats.ts';
+import { flushUntil } from './helpers/relay.ts';
+
+const NATS_URL = process.env.NATS_URL;
+
+const happened = defineEvent<{ n: number }>('parked.happened', { version: 1 });
+const sized = defineEvent<{ n: number; pad: string }>('parked.sized', { version: 1 });
+
+const modes = [
+  { name: "in the round's transaction", readAhead: false, pipelined: false },
+  { name: 'read ahead', readAhead: true, pipelined: false },
+  { name: 'read ahead and pipelined', readAhead: true, pipelined: true },
+] as const;
+
+type Mode = (typeof modes)[number];
+
+/**
+ * A target that refuses every batch holding an event whose n is in `poison`
+ * (before storing anything of it), and stores the others' n in order.
+ */
+function refusing(mode: Mode, poison: Set<number>, name = 'picky'): RelayTarget & { got: number[]; offered: Set<number> } {
+  const got: number[] = [];
+  const offered = new Set<number>();
+  let lastId: string | null = null;
+  return {
+    name,
+    readAhead: mode.readAhead,
+    pipelined: mode.pipelined,
+    got,
+    offered,
+    async publish(events: readonly RelayedEvent[], context: RelayContext) {
+      for (const e of events) offered.add((e.envelope.data as { n: number }).n);
+      // A pipelined target stores a batch sent ahead only behind the event named `after` (RelayContext.after).
+      if (context.after !== undefined && lastId !== context.after.envelope.id) throw new Error('sent ahead of the batch before it: refused, sent again later');
+      const bad = events.find((e) => poison.has((e.envelope.data as { n: number }).n));
+      if (bad) throw new RefusedEventError(bad.envelope.id, `n=${(bad.envelope.data as { n: number }).n} is too large for picky`);
+      got.push(...events.map((e) => (e.envelope.data as { n: number }).n));
+      lastId = events.at(-1)!.envelope.id;
+    },
+  };
+}
+
+async function publishRange(mailroom: Mailroom, from: number, to: number): Promise<void> {
+  const items = [];
+  for (let n = from; n <= to; n++) items.push({ n });
+  await mailroom.publishMany(happened, items);
+}
+
+async function parkedRows(t: TestMailroom): Promise<{ target: string; type: string; reason: string; n: number; event_id: string }[]> {
+  return t.sql(
+    `SELECT target, type, reason, (body::jsonb -> 'data' ->> 'n')::int AS n, event_id FROM "${t.schema}".relay_parked ORDER BY position`,
+  );
+}
+
+for (const db of testDatabases()) {
+  describe(`events a relay target refuses, on ${db.name}`, () => {
+    for (const mode of modes) {
+      it(`${mode.name}: a refused event is parked with its reason and envelope, the events after it are delivered in order, and no later relay sends it again`, async () => {
+        const t = await db.open();
+        const { mailroom } = t;
+        await publishRange(mailroom, 1, 6);
+        const target = refusing(mode, new Set([3]));
+        const relay = mailroom.relay({ internal: false, to: [target], batchSize: 4 });
+        const parked: ParkedEvent[] = [];
+        const lifecycle: ParkedEvent[] = [];
+        relay.on('parked', (info) => parked.push(info));
+        mailroom.on('relay.parked', (info) => lifecycle.push(info));
+        await flushUntil(relay, 5, target.name, 15_000, mailroom);
+        assert.deepEqual(target.got, [1, 2, 4, 5, 6]);
+
+        const rows = await parkedRows(t);
+        assert.equal(rows.length, 1);
+        assert.deepEqual({ ...rows[0], event_id: undefined }, { target: 'picky', type: 'parked.happened', reason: 'n=3 is too large for picky', n: 3, event_id: undefined });
+        assert.equal(parked.length, 1);
+        assert.deepEqual(parked[0], { target: 'picky', eventId: rows[0]!.event_id, type: 'parked.happened', position: parked[0]!.position, reason: 'n=3 is too large for picky' });
+        assert.deepEqual(lifecycle, parked, 'mailroom.on(relay.parked) gets the same');
+        const stats = (await mailroom.stats()).relay.picky!;
+        assert.equal(stats.parked, 1);
+        assert.equal(stats.unpublished, 0, 'the cursor passed the parked event');
+
+        // Two more events, a new relay and a new target object: the parked event is not offered again.
+        await relay.stop();
+        await publishRange(mailroom, 7, 8);
+        const later = refusing(mode, new Set([3]));
+        const second = mailroom.relay({ internal: false, to: [later], batchSize: 4 });
+        await flushUntil(second, 2, later.name, 15_000, mailroom);
+        await second.stop();
+        assert.deepEqual(later.got, [7, 8]);
+        assert.ok(!later.offered.has(3));
+        assert.equal((await parkedRows(t)).length, 1);
+      });
+    }
+
+    it("the mailroom's logger writes a parked event as an error line naming the target, the event and the reason", async () => {
+      const lines: { fields: Record<string, unknown>; message: string }[] = [];
+      const sink = (fields: Record<string, unknown>, message: string) => void lines.push({ fields, message });
+      const { mailroom } = await db.open({ logger: { error: sink, warn: () => {}, info: () => {} } });
+      await publishRange(mailroom, 1, 2);
+      const target = refusing(modes[0], new Set([1]));
+      const relay = mailroom.relay({ internal: false, to: [target] });
+      await flushUntil(relay, 1, target.name, 15_000, mailroom);
+      await relay.stop();
+      const parked = lines.filter((l) => /refused for good and parked/.test(l.message));
+      assert.equal(parked.length, 1);
+      assert.match(parked[0]!.message, /^relay picky: event [0-9a-f-]+ \(parked\.happened\) refused for good and parked: n=1 is too large for picky$/);
+      assert.deepEqual(Object.keys(parked[0]!.fields).sort(), ['eventId', 'eventType', 'position', 'reason', 'target']);
+    });
+
+    it('a parked event the relay meets again after a crash (its cursor had not moved past it) is left out, not refused twice', async () => {
+      const t = await db.open();
+      const { mailroom } = t;
+      await publishRange(mailroom, 1, 3);
+      const target = refusing(modes[0], new Set([2]));
+      const relay = mailroom.relay({ internal: false, to: [target], batchSize: 10 });
+      await flushUntil(relay, 2, target.name, 15_000, mailroom);
+      await relay.stop();
+      // As if the relay had died after parking event 2, before delivering the rest: the cursor goes back.
+      await t.sql(`UPDATE "${t.schema}".relay_cursors SET cursor_xid = '0', cursor_position = 0 WHERE target = 'picky'`);
+      const again = refusing(modes[0], new Set([2]));
+      const second = mailroom.relay({ internal: false, to: [again], batchSize: 10 });
+      let refusedAgain = 0;
+      second.on('parked', () => refusedAgain++);
+      await flushUntil(second, 2, again.name, 15_000, mailroom);
+      await second.stop();
+      assert.deepEqual(again.got, [1, 3], 'delivered again (consumers deduplicate), without the parked event');
+      assert.ok(!again.offered.has(2));
+      assert.equal(refusedAgain, 0);
+    });
+
+    it("onRefused: 'hold' retries the refused event and delivers nothing after it to that target until the cause is fixed; nothing is parked", async () => {
+      const t = await db.open();
+      const { mailroom } = t;
+      await publishRange(mailroom, 1, 4);
+      const poison = new Set([2]);
+      const target = refusing(modes[0], poison);
+      const relay = mailroom.relay({ internal: false, to: [target], batchSize: 1, onRefused: 'hold' });
+      await assert.rejects(relay.flush(), (error: unknown) => {
+        assert.ok(error instanceof Error);
+        assert.match(error.message, /relay target picky refused event [0-9a-f-]+ \(position \d+\): n=2 is too large for picky; with onRefused: 'hold' the relay retries it and delivers nothing after it/);
+        return true;
+      });
+      await assert.rejects(relay.flush(), /onRefused: 'hold'/, 'still refused: still held');
+      assert.deepEqual(target.got, [1]);
+      assert.deepEqual(await parkedRows(t), []);
+      assert.equal((await mailroom.stats()).relay.picky!.unpublished, 3);
+      poison.clear(); // the cause fixed (the broker's limit raised, say)
+      await flushUntil(relay, 3, target.name, 15_000, mailroom);
+      assert.deepEqual(target.got, [1, 2, 3, 4]);
+      await relay.stop();
+    });
+
+    it('a RefusedEventError naming an event the target was not given is a failed round, retried; nothing is parked', async () => {
+      const t = await db.open();
+      const { mailroom } = t;
+      await publishRange(mailroom, 1, 2);
+      let fixed = false;
+      const got: number[] = [];
+      const confused: RelayTarget = {
+        name: 'confused',
+        async publish(events) {
+          if (!fixed) throw new RefusedEventError('not-an-event-of-this-batch', 'refused by mistake');
+          got.push(...events.map((e) => (e.envelope.data as { n: number }).n));
+        },
+      };
+      const relay = mailroom.relay({ internal: false, to: [confused] });
+      await assert.rejects(relay.flush(), /relay target confused refused event not-an-event-of-this-batch, which is not in the batch it was given \(2 events from position \d+\); the batch is retried/);
+      assert.deepEqual(await parkedRows(t), []);
+      fixed = true;
+      await flushUntil(relay, 2, 'confused', 15_000, mailroom);
+      assert.deepEqual(got, [1, 2]);
+      await relay.stop();
+    });
+
+    it("a real NATS server: an event over its max_payload is parked with the server's reason, and the events after it reach the stream", { skip: !NATS_URL && 'set NATS_URL' }, async () => {
+      const t = await db.open();
+      const { mailroom } = t;
+      const stream = `mr-parked-${process.pid}-${Date.now().toString(36)}`;
+      // The default maxPayloadBytes (1 MiB) lets publish accept a payload the server's max_payload (1 MB) cannot carry.
+      await mailroom.publishMany(sized, [{ n: 1, pad: '' }, { n: 2, pad: 'x'.repeat(1_048_400) }, { n: 3, pad: '' }, { n: 4, pad: '' }]);
+      const target = nats({ url: NATS_URL!, stream });
+      const relay = mailroom.relay({ internal: false, to: [target] });
+      relay.on('warning', () => {}); // nats-max-payload says this in advance
+      try {
+        await flushUntil(relay, 3, target.name, 15_000, mailroom);
+        const rows = await parkedRows(t);
+        assert.equal(rows.length, 1);
+        assert.equal(rows[0]!.n, 2);
+        assert.match(rows[0]!.reason, /^nats: the message is larger than the server's max_payload/);
+        const stored = await withJsm(NATS_URL!, async (jsm) => {
+          const info = await jsm.streams.info(stream);
+          const ns: number[] = [];
+          for (let seq = info.state.first_seq; seq <= info.state.last_seq; seq++) {
+            const m = await jsm.streams.getMessage(stream, { seq });
+            if (m) ns.push((JSON.parse(new TextDecoder().decode(m.data)) as { data: { n: number } }).data.n);
+          }
+          return ns;
+        });
+        assert.deepEqual(stored, [1, 3, 4]);
+        assert.equal((await mailroom.stats()).relay[target.name]!.parked, 1);
+      } finally {
+        await relay.stop();
+        await withJsm(NATS_URL!, (jsm) => jsm.streams.delete(stream)).catch(() => undefined);
+      }
+    });
+
+    it('onRefused must be park or hold', async () => {
+      const { mailroom } = await db.open();
+      for (const bad of ['skip', '', 1, 'PARK']) {
+        assert.throws(() => mailroom.relay({ onRefused: bad as never }), (error: unknown) => error instanceof ValidationError && /relay: onRefused must be 'park' or 'hold', got/.test(error.message) && error.issues[0]?.path === 'onRefused');
+      }
+    });
+  });
+}
