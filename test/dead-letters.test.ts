@@ -10,7 +10,11 @@ import assert from 'node:assert/strict';
 import { describe, it } from 'node:test';
 import { defineJob, PermanentError, ValidationError, type Job, type JobDefinition, type Mailroom } from '../src/index.ts';
 import { newId } from '../src/ids.ts';
-import { testDatabases, type TestMailroom } from './helpers/databases.ts';
+import pg from 'pg';
+import { deadLetterQueries } from '../src/dead-letters/dead-letter-queries.ts';
+import { filterParams, resolveFilter } from '../src/dead-letters/filter.ts';
+import { databaseUrl, testDatabases, type TestMailroom } from './helpers/databases.ts';
+import { rowsRead } from './helpers/rows-read.ts';
 import { waitForEvents } from './helpers/events.ts';
 
 interface Item {
@@ -285,6 +289,67 @@ for (const db of testDatabases()) {
       ]);
       const third = await mailroom.deadLetters.replay({ queue: 'dl-abort' });
       assert.deepEqual([third.matched, third.replayed], [0, 0], 'nothing left to replay');
+    });
+
+    it('a job a replay put back that dies again before the replay ends is not replayed twice by it', async () => {
+      const t = await db.open();
+      const { mailroom, schema, sql } = t;
+      const def = defineJob<Item>('dl.again', { queue: 'dl-again', retry: { maxAttempts: 1 } });
+      const [ids] = await makeDead(mailroom, [{ def, items: Array.from({ length: 6 }, (_, n) => ({ message: `boom ${n}` })) }]);
+      // A worker that kills every replayed job again at once, while the replay (one job per batch, 10/s) goes on.
+      const worker = mailroom.worker({ queues: ['dl-again'], pollInterval: 10, handlers: { [def.name]: () => { throw new PermanentError('still broken'); } } });
+      let diedAgain = 0;
+      let replaying = true;
+      worker.on('failed', () => void (replaying && diedAgain++));
+      await worker.start();
+      const result = await mailroom.deadLetters.replay({ queue: 'dl-again' }, { ratePerSecond: 10, limit: 100 });
+      replaying = false;
+      await worker.stop();
+      assert.ok(diedAgain >= 1, 'a replayed job died again while the replay ran');
+      assert.deepEqual([result.matched, result.replayed], [6, 6], 'each dead job once, however often it dies again');
+      const links = await sql<{ job_id: string; n: number }>(
+        `SELECT job_id, count(*)::int AS n FROM "${schema}".dead_letter_replay_jobs WHERE replay_id = $1 GROUP BY job_id`,
+        [result.replayId],
+      );
+      assert.deepEqual(links.map((r) => r.job_id).sort(), [...ids!].sort());
+      assert.ok(links.every((r) => r.n === 1));
+    });
+
+    it('a replay reads no link rows to find its next batch, whatever the link table holds (PostgreSQL statistics)', { skip: db.name === 'pglite' ? 'needs PostgreSQL statistics views and a session of its own' : false }, async () => {
+      const t = await db.open();
+      const { mailroom, schema, sql } = t;
+      // 3,000 dead jobs without running them: as dead as a worker would leave them.
+      const def = defineJob<Item>('dl.many', { queue: 'dl-many', retry: { maxAttempts: 1 } });
+      for (let i = 0; i < 3; i++) await mailroom.enqueueMany(def, Array.from({ length: 1000 }, (_, n) => ({ message: `m${i}-${n}` })));
+      await sql(
+        `UPDATE "${schema}".jobs SET state = 'dead', attempt = 1, dead_reason = 'permanent', finished_at = now() - interval '1 minute',
+                last_error = '{"category":"permanent","message":"boom"}'::jsonb WHERE queue = 'dl-many'`,
+      );
+      // Statistics as autovacuum leaves them on a quiet system: the jobs as they are, no replay link yet.
+      await sql(`ANALYZE "${schema}".jobs, "${schema}".dead_letter_replay_jobs`);
+      const session = new pg.Client({ connectionString: databaseUrl });
+      await session.connect();
+      try {
+        const queries = deadLetterQueries(`"${schema}"`);
+        const params = filterParams(resolveFilter({ queue: 'dl-many' }));
+        const replayId = newId();
+        await session.query(queries.startRecord.text, [replayId, 'replay', '{}', 3000, false, null]);
+        const before = await rowsRead(session, schema, 'dead_letter_replay_jobs');
+        let replayed = 0;
+        for (;;) {
+          // A named statement, as mailroom runs it: after a few runs PostgreSQL may keep one plan for all.
+          const { rowCount } = await session.query({ name: 'replay_batch', text: queries.replayBatch.text, values: [...params, replayId, 100, [], []] });
+          replayed += rowCount ?? 0;
+          if ((rowCount ?? 0) < 100) break;
+        }
+        const read = (await rowsRead(session, schema, 'dead_letter_replay_jobs')) - before;
+        assert.equal(replayed, 3000);
+        // Probing the record's links per dead job, with the plan kept from while the table was nearly
+        // empty, read every link for each dead job: 30 batches over 3,000 dead jobs read millions of rows.
+        assert.ok(read < 100, `replaying 3,000 dead jobs read ${read} link rows`);
+      } finally {
+        await session.end();
+      }
     });
 
     it('a dry run changes nothing and reports what matches; the call is still recorded', async () => {

@@ -165,7 +165,10 @@ async function runBulk(deps: BulkDeps, action: 'replay' | 'discard', filterInput
   const options = checkOptions(optionsInput, action);
   const { driver, queries } = deps;
   const params = filterParams(filter);
-  const { rows: counts } = await driver.run<{ matched: number; key_held: number }>(queries.count, params);
+  const { rows: counts } = await driver.transaction(async (tx) => {
+    await tx.run(queries.noJit, []);
+    return tx.run<{ matched: number; key_held: number }>(queries.count, params);
+  });
   const total = counts[0]?.matched ?? 0;
   const matched = options.limit === null ? total : Math.min(total, options.limit);
   let notFound: string[] | undefined;
@@ -204,6 +207,7 @@ async function runBulk(deps: BulkDeps, action: 'replay' | 'discard', filterInput
       const statement = action === 'replay' ? queries.replayBatch : queries.discardBatch;
       const batchParams = [...params, replayId, size, ...(action === 'replay' ? budgetParams : [])];
       const changed = await driver.transaction(async (tx) => {
+        await tx.run(queries.noJit, []);
         const { rows } = await tx.run<{ id: string; queue: string }>(statement, batchParams);
         if (action === 'replay' && rows.length > 0) await tx.run(queries.wake, [deps.wakeChannel, [...new Set(rows.map((r) => r.queue))]]);
         return rows.length;
