@@ -1,6 +1,7 @@
 import type { AdminQueries } from './jobs/admin-queries.ts';
 import type { ConsumerGroupStats, RelayTargetStats } from './events/event-stats.ts';
 import type { Driver } from './storage/driver.ts';
+import { runReport } from './storage/report-query.ts';
 
 /** Health numbers of one queue. */
 export interface QueueStats {
@@ -38,12 +39,13 @@ function empty(): QueueStats {
 /** Reads the per-queue health numbers from the database (all processes' work counts). */
 export async function readStats(driver: Driver, queries: AdminQueries): Promise<Pick<MailroomStats, 'queues'>> {
   const [counts, completed, failed] = await Promise.all([
-    driver.run<Omit<QueueStats, 'oldestAgeSeconds' | 'completedPerSecond' | 'failedPerSecond'> & { queue: string; oldest_age_seconds: number }>(
+    runReport<Omit<QueueStats, 'oldestAgeSeconds' | 'completedPerSecond' | 'failedPerSecond'> & { queue: string; oldest_age_seconds: number }>(
+      driver,
       queries.queueCounts,
       [],
     ),
-    driver.run<{ queue: string; n: number }>(queries.completedLastMinute, []),
-    driver.run<{ queue: string; n: number }>(queries.failedLastMinute, []),
+    runReport<{ queue: string; n: number }>(driver, queries.completedLastMinute, []),
+    runReport<{ queue: string; n: number }>(driver, queries.failedLastMinute, []),
   ]);
   const queues: Record<string, QueueStats> = {};
   const get = (queue: string) => (queues[queue] ??= empty());

@@ -13,7 +13,6 @@ export interface DeadLetterQueries {
   discardBatch: NamedQuery;
   wake: NamedQuery;
   replaysOf: NamedQuery;
-  noJit: NamedQuery;
 }
 
 /**
@@ -127,10 +126,6 @@ export function deadLetterQueries(quotedSchema: string): DeadLetterQueries {
     discardBatch: q('dead_discard_batch', batch(s, CANCEL_SET, false)),
     // $1 channel, $2 queues: wakes the queues' workers (as an insert does) instead of waiting for their poll.
     wake: q('dead_wake', `SELECT pg_notify($1::text, q) FROM unnest($2::text[]) AS q`),
-    // For the rest of the transaction. The count and the batches probe jobs per dead job (dedup
-    // keys), which the planner prices high enough to compile them (JIT): 450-700 ms of compiling
-    // for a count that runs in 3 ms, on every call.
-    noJit: q('dead_no_jit', `SELECT set_config('jit', 'off', true)`),
     // $1 job id: every replay or discard of the job, oldest first.
     replaysOf: q(
       'dead_replays_of',

@@ -13,6 +13,7 @@ import { registeredJobs } from '../registry.ts';
 import type { Driver } from '../storage/driver.ts';
 import type { DeadLetterQueries } from './dead-letter-queries.ts';
 import { filterParams, requireCriterion, resolveFilter, type DeadLetterFilter, type ResolvedFilter } from './filter.ts';
+import { runReport } from '../storage/report-query.ts';
 
 /** Progress of a replay or discard, reported after each committed batch. */
 export interface DeadLetterProgress {
@@ -165,10 +166,7 @@ async function runBulk(deps: BulkDeps, action: 'replay' | 'discard', filterInput
   const options = checkOptions(optionsInput, action);
   const { driver, queries } = deps;
   const params = filterParams(filter);
-  const { rows: counts } = await driver.transaction(async (tx) => {
-    await tx.run(queries.noJit, []);
-    return tx.run<{ matched: number; key_held: number }>(queries.count, params);
-  });
+  const { rows: counts } = await runReport<{ matched: number; key_held: number }>(driver, queries.count, params);
   const total = counts[0]?.matched ?? 0;
   const matched = options.limit === null ? total : Math.min(total, options.limit);
   let notFound: string[] | undefined;
@@ -206,12 +204,14 @@ async function runBulk(deps: BulkDeps, action: 'replay' | 'discard', filterInput
       }
       const statement = action === 'replay' ? queries.replayBatch : queries.discardBatch;
       const batchParams = [...params, replayId, size, ...(action === 'replay' ? budgetParams : [])];
-      const changed = await driver.transaction(async (tx) => {
-        await tx.run(queries.noJit, []);
-        const { rows } = await tx.run<{ id: string; queue: string }>(statement, batchParams);
-        if (action === 'replay' && rows.length > 0) await tx.run(queries.wake, [deps.wakeChannel, [...new Set(rows.map((r) => r.queue))]]);
-        return rows.length;
-      });
+      const changed = await driver.transaction(
+        async (tx) => {
+          const { rows } = await tx.run<{ id: string; queue: string }>(statement, batchParams);
+          if (action === 'replay' && rows.length > 0) await tx.run(queries.wake, [deps.wakeChannel, [...new Set(rows.map((r) => r.queue))]]);
+          return rows.length;
+        },
+        { jit: false }, // priced high for its per-job dedup-key probes (see runReport)
+      );
       outcome.done += changed;
       if (changed > 0) options.onProgress?.({ action, replayId, matched, done: outcome.done });
       if (changed < size) break;

@@ -3,6 +3,7 @@ import { findHolder, type HeldBackBy } from '../relay/held-back.ts';
 import { INTERNAL_TARGET } from '../relay/internal-target.ts';
 import type { RelayQueries } from '../relay/relay-queries.ts';
 import type { Driver } from '../storage/driver.ts';
+import { runReport } from '../storage/report-query.ts';
 
 /** Health numbers of one relay target. */
 export interface RelayTargetStats {
@@ -43,11 +44,16 @@ export interface EventStats {
 /** Reads relay and consumer health from the database (every process's work counts). */
 export async function readEventStats(driver: Driver, relay: RelayQueries, consumers: ConsumerQueries): Promise<EventStats> {
   const [targets, groups] = await Promise.all([
-    driver.run<{ target: string; holder: string | null; locked_until: Date | null; unpublished: number; lag_seconds: number; behind_fence: number; fence: string; parked: number }>(
+    runReport<{ target: string; holder: string | null; locked_until: Date | null; unpublished: number; lag_seconds: number; behind_fence: number; fence: string; parked: number }>(
+      driver,
       relay.cursorStats,
       [],
     ),
-    driver.run<{ name: string; source: string | null; duplicates_rejected: number; unfinished: number; dead: number; unrelayed: number }>(consumers.groupStats, [INTERNAL_TARGET]),
+    runReport<{ name: string; source: string | null; duplicates_rejected: number; unfinished: number; dead: number; unrelayed: number }>(
+      driver,
+      consumers.groupStats,
+      [INTERNAL_TARGET],
+    ),
   ]);
   const result: EventStats = { relay: {}, consumers: {} };
   for (const t of targets.rows) {

@@ -31,6 +31,12 @@ export interface NamedQuery {
 export interface TransactionOptions {
   /** `idle_in_transaction_session_timeout` for this transaction, in whole milliseconds (PostgreSQL only). */
   idleTimeoutMs?: number;
+  /**
+   * `false`: no JIT compilation in this transaction (PostgreSQL only). For reports that read much
+   * and run rarely (stats, dead-letter counts): PostgreSQL prices their per-row subqueries high
+   * enough to compile them, which took longer than running them.
+   */
+  jit?: false;
 }
 
 /** A connection to the database as mailroom uses it. */

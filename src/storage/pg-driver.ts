@@ -181,13 +181,17 @@ export class PgDriver implements Driver {
 }
 
 /**
- * BEGIN, with the transaction's idle timeout set in the same round trip (a simple-protocol script:
- * one write and one reply instead of two). The timeout is a whole number of milliseconds checked
- * here, never text from outside.
+ * BEGIN, with the transaction's settings (idle timeout, JIT off) set in the same round trip (a
+ * simple-protocol script: one write and one reply instead of two). The timeout is a whole number of
+ * milliseconds checked here, never text from outside.
  */
 function beginStatement(options: TransactionOptions): string {
+  const parts = ['BEGIN'];
   const ms = options.idleTimeoutMs;
-  if (ms === undefined) return 'BEGIN';
-  if (!Number.isSafeInteger(ms) || ms < 1) throw new RangeError(`idleTimeoutMs must be a positive whole number of milliseconds, got ${String(ms)}`);
-  return `BEGIN; SET LOCAL idle_in_transaction_session_timeout = ${ms}`;
+  if (ms !== undefined) {
+    if (!Number.isSafeInteger(ms) || ms < 1) throw new RangeError(`idleTimeoutMs must be a positive whole number of milliseconds, got ${String(ms)}`);
+    parts.push(`SET LOCAL idle_in_transaction_session_timeout = ${ms}`);
+  }
+  if (options.jit === false) parts.push('SET LOCAL jit = off');
+  return parts.join('; ');
 }
