@@ -328,7 +328,8 @@ export class Relay extends SafeEmitter<RelayEvents> {
     const { rows } = await this.driver.run<{ token: string }>(this.queries.acquire, [s.target.name, this.id, this.options.leaseMs]);
     const token = rows[0]?.token ?? null;
     if (token === null) return null;
-    await s.parked.load();
+    // Without the list, a parked event met again is refused and parked again (kept as it was), then left out.
+    await s.parked.load().catch((error: unknown) => this.report(error));
     this.emit('lease-acquired', { target: s.target.name, token });
     return token;
   }
