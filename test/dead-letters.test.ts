@@ -296,13 +296,13 @@ for (const db of testDatabases()) {
       const { mailroom, schema, sql } = t;
       const def = defineJob<Item>('dl.again', { queue: 'dl-again', retry: { maxAttempts: 1 } });
       const [ids] = await makeDead(mailroom, [{ def, items: Array.from({ length: 6 }, (_, n) => ({ message: `boom ${n}` })) }]);
-      // A worker that kills every replayed job again at once, while the replay (one job per batch, 10/s) goes on.
+      // A worker that kills every replayed job again at once, while the replay (one job per batch, 5/s: about a second) goes on.
       const worker = mailroom.worker({ queues: ['dl-again'], pollInterval: 10, handlers: { [def.name]: () => { throw new PermanentError('still broken'); } } });
       let diedAgain = 0;
       let replaying = true;
       worker.on('failed', () => void (replaying && diedAgain++));
       await worker.start();
-      const result = await mailroom.deadLetters.replay({ queue: 'dl-again' }, { ratePerSecond: 10, limit: 100 });
+      const result = await mailroom.deadLetters.replay({ queue: 'dl-again' }, { ratePerSecond: 5, limit: 100 });
       replaying = false;
       await worker.stop();
       assert.ok(diedAgain >= 1, 'a replayed job died again while the replay ran');
