@@ -455,7 +455,7 @@ export class Relay extends SafeEmitter<RelayEvents> {
     const { plan } = batch;
     const events = s.parked.without(batch.events);
     const { fence } = plan;
-    if (plan.cursor === null || (events.length === 0 && batch.events.length === 0)) {
+    if (plan.cursor === null || batch.events.length === 0) {
       return { kind: 'done', delivered: 0, exhausted: plan.exhausted, blockedBy: plan.blockedBy, fence, cursor: batch.from };
     }
     const next = plan.cursor;
