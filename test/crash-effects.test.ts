@@ -21,12 +21,15 @@ import { fileURLToPath } from 'node:url';
 import pg from 'pg';
 import { createMailroom, defineJob, type Mailroom, type RetryOptions } from '../src/index.ts';
 import { uniqueSchema } from './helpers/databases.ts';
+import { fixtureBundle } from './helpers/fixture-bundle.ts';
 import { eventually } from './helpers/events.ts';
 import type { CreditPayload, EffectsWorkerConfig, EffectsWorkerLine, StepPayload } from './fixtures/effects-worker.ts';
 
 const url = process.env.TEST_DATABASE_URL;
 const ROOT = fileURLToPath(new URL('..', import.meta.url));
 const FIXTURE = fileURLToPath(new URL('./fixtures/effects-worker.ts', import.meta.url));
+/** The fixture bundled once: replacements boot in about a third of the CPU (see helpers/fixture-bundle.ts). */
+const FIXTURE_JS = await fixtureBundle(FIXTURE);
 
 const sleep = (ms: number) => new Promise<void>((resolve) => setTimeout(resolve, ms));
 const randomInt = (min: number, max: number) => min + Math.floor(Math.random() * (max - min + 1));
@@ -64,7 +67,7 @@ const children = new Set<Child>();
 const unexpectedExits: { pid: number; code: number | null; signal: string | null; stderr: string }[] = [];
 
 function spawnChild(config: EffectsWorkerConfig): Child {
-  const proc = spawn(process.execPath, ['--import', 'tsx', FIXTURE, JSON.stringify(config)], { cwd: ROOT, stdio: ['ignore', 'pipe', 'pipe'] });
+  const proc = spawn(process.execPath, [FIXTURE_JS, JSON.stringify(config)], { cwd: ROOT, stdio: ['ignore', 'pipe', 'pipe'] });
   let stderr = '';
   proc.stderr!.setEncoding('utf8');
   proc.stderr!.on('data', (chunk: string) => {
@@ -224,6 +227,18 @@ describe(
               )
             )[0]!;
 
+          // What the test saw every half second, for failure messages: jobs by state, live and ready workers, kills.
+          let kills = 0;
+          const timeline: string[] = [];
+          let sampling = true;
+          const sampler = (async () => {
+            while (sampling && children.size > 0) {
+              const c = await counts().catch(() => undefined);
+              const live = [...children].filter(isLive);
+              timeline.push(`${Date.now() - t0}ms done=${c?.completed} live=${live.length} ready=${live.filter((w) => w.workerId).length} stopped=${live.filter((w) => w.stopped).length} kills=${kills}`);
+              await sleep(500);
+            }
+          })();
           // Duplicate enqueues while the workers run: every key again, in shuffled batches, one at a time and in
           // transactions, so some meet an unfinished job and some a completed one. Each must get the first job's id.
           const duplicates = (async () => {
@@ -291,7 +306,7 @@ describe(
                 candidate.stopped = false;
               }
             }
-            assert.ok(victim, 'could not SIGSTOP a worker while it had a transaction open');
+            assert.ok(victim, `could not SIGSTOP a worker while it had a transaction open; timeline: ${timeline.slice(-40).join(' | ')}`);
             const claims = await sql<{ id: string; claim: number; account: number }>(
               `SELECT id, claim_count AS claim, (payload->>'account')::int AS account FROM ${q}.jobs WHERE state = 'active' AND locked_by = $1`,
               [victim.workerId],
@@ -340,7 +355,7 @@ describe(
                   WHERE (payload->>'account')::int = ANY($1::int[]) AND state <> 'completed' ORDER BY run_at LIMIT 20`,
                 [accounts],
               ).catch((e: Error) => e.message);
-              throw new Error(`${error.message}; last seen: ${JSON.stringify({ ...lastSeen, sessionsEndedMs, claims, unfinishedOfThoseAccounts: jobs })}`);
+              throw new Error(`${error.message}; last seen: ${JSON.stringify({ ...lastSeen, sessionsEndedMs, claims, unfinishedOfThoseAccounts: jobs })}; timeline: ${timeline.slice(-40).join(' | ')}`);
             });
             const completedWhileStopped = (
               await sql<{ n: number }>(`SELECT count(*)::int AS n FROM ${q}.jobs WHERE state = 'completed' AND finished_at > to_timestamp($1::bigint / 1000000.0)`, [stopUs])
@@ -384,13 +399,16 @@ describe(
 
           // Kill a random worker every so often and start a replacement, until all is done.
           const killedPids = new Set<number>();
-          let kills = 0;
           while (!(duplicatesDone && stopDone && (await counts()).unfinished === 0)) {
             assert.ok(Date.now() - t0 < DEADLINE_MS, `not done after ${DEADLINE_MS} ms: ${JSON.stringify(await counts())}, ${kills} kills`);
             if (stopError) throw stopError;
             await sleep(randomInt(300, 900));
             if (kills >= MAX_KILLS) continue;
-            const candidates = [...children].filter((c) => isLive(c) && !c.stopped && Date.now() - c.readyAt >= MIN_UPTIME_MS);
+            // Kill only while another worker keeps running: on a loaded machine a replacement takes seconds to
+            // boot (7 s seen beside crash.test.ts), and kills faster than that left no worker running at all.
+            const running = [...children].filter((c) => isLive(c) && !c.stopped && c.workerId);
+            if (running.length < 2) continue;
+            const candidates = running.filter((c) => Date.now() - c.readyAt >= MIN_UPTIME_MS);
             const victim = candidates[randomInt(0, candidates.length - 1)];
             if (!victim) continue;
             killedPids.add(victim.pid);
@@ -398,6 +416,8 @@ describe(
             kills++;
             start();
           }
+          sampling = false;
+          await sampler;
           if (stopError) throw stopError;
           const mismatched = await duplicates;
           const stoppedChild = await stopping;

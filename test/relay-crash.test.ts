@@ -25,10 +25,13 @@ import { createMailroom, defineEvent, type Mailroom } from '../src/index.ts';
 import { uniqueSchema } from './helpers/databases.ts';
 import { eventually } from './helpers/events.ts';
 import type { RelayProcessConfig, RelayProcessLine } from './fixtures/relay-process.ts';
+import { fixtureBundle } from './helpers/fixture-bundle.ts';
 
 const url = process.env.TEST_DATABASE_URL;
 const ROOT = fileURLToPath(new URL('..', import.meta.url));
 const FIXTURE = fileURLToPath(new URL('./fixtures/relay-process.ts', import.meta.url));
+/** The fixture bundled once, so restarted relays boot fast (see helpers/fixture-bundle.ts). */
+const FIXTURE_JS = await fixtureBundle(FIXTURE);
 const sleep = (ms: number) => new Promise<void>((resolve) => setTimeout(resolve, ms));
 const randomInt = (min: number, max: number) => min + Math.floor(Math.random() * (max - min + 1));
 
@@ -55,7 +58,7 @@ describe(
     const cleanup: (() => Promise<void>)[] = [];
 
     const spawnRelay = (config: RelayProcessConfig): Child => {
-      const proc = spawn(process.execPath, ['--import', 'tsx', FIXTURE, JSON.stringify(config)], { cwd: ROOT, stdio: ['ignore', 'pipe', 'pipe'] });
+      const proc = spawn(process.execPath, [FIXTURE_JS, JSON.stringify(config)], { cwd: ROOT, stdio: ['ignore', 'pipe', 'pipe'] });
       let stderr = '';
       proc.stderr!.setEncoding('utf8');
       proc.stderr!.on('data', (chunk: string) => (stderr = (stderr + chunk).slice(-4000)));

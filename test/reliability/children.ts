@@ -7,9 +7,12 @@ import { spawn, type ChildProcess } from 'node:child_process';
 import { createInterface } from 'node:readline';
 import { fileURLToPath } from 'node:url';
 import type { NodeProcessConfig, NodeProcessLine, NodeRole } from './definitions.ts';
+import { fixtureBundle } from '../helpers/fixture-bundle.ts';
 
 const ROOT = fileURLToPath(new URL('../..', import.meta.url));
 const NODE_PROCESS = fileURLToPath(new URL('./node-process.ts', import.meta.url));
+/** Bundled once, so processes restarted by a scenario boot fast (see ../helpers/fixture-bundle.ts). */
+const NODE_PROCESS_JS = await fixtureBundle(NODE_PROCESS);
 
 export interface NodeChild {
   readonly pid: number;
@@ -39,7 +42,7 @@ export class NodeFleet {
   /** Spawns a process running `roles`. */
   spawn(roles: NodeRole[]): NodeChild {
     const config: NodeProcessConfig = { ...this.base, roles };
-    const proc = spawn(process.execPath, ['--import', 'tsx', NODE_PROCESS, JSON.stringify(config)], { cwd: ROOT, stdio: ['ignore', 'pipe', 'pipe'] });
+    const proc = spawn(process.execPath, [NODE_PROCESS_JS, JSON.stringify(config)], { cwd: ROOT, stdio: ['ignore', 'pipe', 'pipe'] });
     // The start of a crash (the error and the top of its stack) and the end of what followed.
     let head = '';
     let tail = '';
