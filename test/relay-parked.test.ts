@@ -2,18 +2,21 @@
  * Events a relay target refuses for good (RefusedEventError): parked by
  * default, with the events after them delivered; held with
  * `onRefused: 'hold'`; a refusal naming an event the target was not given is
- * a failed round. The real NATS case (an event over the server's max_payload)
- * is in nats.test.ts.
+ * a failed round. The real brokers' cases: an event over NATS's max_payload,
+ * over RabbitMQ's max_message_size (more NATS cases are in nats.test.ts).
  */
 import assert from 'node:assert/strict';
 import { describe, it } from 'node:test';
 import { defineEvent, RefusedEventError, ValidationError, type Mailroom, type ParkedEvent, type Relay, type RelayContext, type RelayedEvent, type RelayTarget } from '../src/index.ts';
 import { nats } from '../src/brokers/nats/index.ts';
+import { rabbitmq } from '../src/brokers/rabbitmq/index.ts';
 import { testDatabases, type TestMailroom } from './helpers/databases.ts';
 import { withJsm } from './helpers/brokers/nats.ts';
+import { DEFAULT_MAX_MESSAGE_SIZE, setMaxMessageSize, withConnection } from './helpers/brokers/rabbitmq.ts';
 import { flushUntil } from './helpers/relay.ts';
 
 const NATS_URL = process.env.NATS_URL;
+const RABBITMQ_URL = process.env.RABBITMQ_URL;
 
 const happened = defineEvent<{ n: number }>('parked.happened', { version: 1 });
 const sized = defineEvent<{ n: number; pad: string }>('parked.sized', { version: 1 });
@@ -234,6 +237,45 @@ for (const db of testDatabases()) {
         await withJsm(NATS_URL!, (jsm) => jsm.streams.delete(stream)).catch(() => undefined);
       }
     });
+
+    it(
+      "a real RabbitMQ server: an event over its max_message_size is parked with the broker's reason, and the events after it reach the exchange",
+      { skip: (!RABBITMQ_URL && 'set RABBITMQ_URL') || (db.name !== 'pglite' && 'the broker side is the same on every database: run once') },
+      async () => {
+        const t = await db.open({ maxPayloadBytes: 4 * 1024 * 1024 });
+        const { mailroom } = t;
+        const exchange = `mr-parked-${process.pid}-${Date.now().toString(36)}`;
+        await mailroom.publishMany(sized, [{ n: 1, pad: '' }, { n: 2, pad: 'x'.repeat(3_000_000) }, { n: 3, pad: '' }, { n: 4, pad: '' }]);
+        const target = rabbitmq({ url: RABBITMQ_URL!, exchange });
+        const relay = mailroom.relay({ internal: false, to: [target] });
+        await withConnection(async (connection) => {
+          const channel = await connection.createChannel();
+          await channel.assertExchange(exchange, 'topic', { durable: true });
+          const { queue } = await channel.assertQueue('', { exclusive: true });
+          await channel.bindQueue(queue, exchange, '#');
+          // Lowered for this test only (every client of the server sees it); the target's channel opens after it.
+          await setMaxMessageSize(2 * 1024 * 1024);
+          try {
+            await flushUntil(relay, 3, target.name, 30_000, mailroom);
+          } finally {
+            await setMaxMessageSize(DEFAULT_MAX_MESSAGE_SIZE);
+            await relay.stop();
+          }
+          const rows = await parkedRows(t);
+          assert.equal(rows.length, 1);
+          assert.equal(rows[0]!.n, 2);
+          assert.match(rows[0]!.reason, /^rabbitmq: its message of 3\d{6} bytes is larger than the broker's max_message_size \(2097152 bytes\)/);
+          const ns: number[] = [];
+          for (let message = await channel.get(queue, { noAck: true }); message; message = await channel.get(queue, { noAck: true })) {
+            ns.push((JSON.parse(message.content.toString()) as { data: { n: number } }).data.n);
+          }
+          // Event 1 may have been confirmed before the channel closed, and is then sent again with the rest.
+          assert.deepEqual([...new Set(ns)], [1, 3, 4]);
+          assert.equal((await mailroom.stats()).relay[target.name]!.parked, 1);
+          await channel.deleteExchange(exchange);
+        });
+      },
+    );
 
     it('onRefused must be park or hold', async () => {
       const { mailroom } = await db.open();

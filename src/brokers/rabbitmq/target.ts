@@ -5,6 +5,7 @@
 import type { ChannelModel, ConfirmChannel, Message, Options } from 'amqplib';
 import type { SafetyWarning, TargetCheckContext } from '../safety.ts';
 import { wireMessageOf } from '../wire.ts';
+import { RefusedEventError } from '../../relay/refused.ts';
 import { storedRowOf } from '../../relay/stored-event.ts';
 import type { RelayContext, RelayedEvent, RelayTarget } from '../../relay/target.ts';
 import { checkInconclusive, exchangeMissing, exists, noDeliveryLimit, probeRetryLimit, queueMissing } from './check.ts';
@@ -86,7 +87,7 @@ class RabbitMqRelayTarget implements RabbitMqTarget {
       await Promise.race([confirmed, timeout]);
     } catch (error) {
       this.drop(link);
-      throw error;
+      throw this.refusal(link, messages) ?? error;
     } finally {
       clearTimeout(timer);
     }
@@ -154,6 +155,27 @@ class RabbitMqRelayTarget implements RabbitMqTarget {
     let hint = 'the relay retries the batch on a new connection';
     if (amqpCode(link.error) === 404) hint = `the exchange '${this.options.exchange}' does not exist: create it, or let the target declare it (declare: true)`;
     return new Error(`rabbitmq: the channel to ${redactUrl(this.options.url)} closed before RabbitMQ confirmed event ${id} (${why}); ${hint}`, { cause: link.error ?? error });
+  }
+
+  /**
+   * The event RabbitMQ can never take, when the channel closed because one of
+   * the batch was larger than its `max_message_size`: the relay parks that one
+   * and publishes the rest again, instead of retrying the batch forever.
+   */
+  private refusal(link: Link, messages: ReturnType<RabbitMqRelayTarget['encode']>[]): RefusedEventError | null {
+    if (amqpCode(link.error) !== PRECONDITION_FAILED) return null;
+    const text = serverText(link.error);
+    const tooLarge = /message size (\d+) is larger than configured max size (\d+)/.exec(text);
+    if (!tooLarge) return null;
+    const size = Number(tooLarge[1]);
+    const max = Number(tooLarge[2]);
+    const m = messages.find((x) => x.body.length === size) ?? messages.find((x) => x.body.length > max);
+    if (!m) return null;
+    return new RefusedEventError(
+      m.id,
+      `rabbitmq: its message of ${m.body.length} bytes is larger than the broker's max_message_size (${max} bytes); exchange '${this.options.exchange}', routing key '${m.routingKey}'`,
+      { cause: link.error },
+    );
   }
 
   private handleReturned(link: Link, messages: ReturnType<RabbitMqRelayTarget['encode']>[]): void {

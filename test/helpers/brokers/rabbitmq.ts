@@ -57,6 +57,18 @@ export async function startApp(brokerUrl = requireUrl()): Promise<void> {
   await waitForBroker(brokerUrl);
 }
 
+/**
+ * Sets the server's `max_message_size` (bytes; RabbitMQ 3.10's default is 128 MiB) for channels
+ * opened from now on. Restore it when done: it applies to every client of the server.
+ */
+export async function setMaxMessageSize(bytes: number): Promise<void> {
+  if (!Number.isInteger(bytes) || bytes <= 0) throw new Error(`max_message_size must be a positive integer, got ${bytes}`);
+  await run('rabbitmqctl', ['eval', `application:set_env(rabbit, max_message_size, ${bytes}).`], { timeout: 60_000 });
+}
+
+/** RabbitMQ 3.10's default `max_message_size`. */
+export const DEFAULT_MAX_MESSAGE_SIZE = 134_217_728;
+
 /** Stops and starts the RabbitMQ application; resolves with how long it took, once connections succeed again. */
 export async function restartBroker(brokerUrl = requireUrl()): Promise<{ stopMs: number; startMs: number }> {
   const t0 = Date.now();
