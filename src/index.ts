@@ -50,6 +50,7 @@ export type { RelayOptions } from './relay/options.ts';
 export type { RelayTarget, RelayedEvent, RelayContext } from './relay/target.ts';
 export { RefusedEventError } from './relay/refused.ts';
 export type { ParkedEvent } from './relay/parking.ts';
+export type { ParkedEventRecord, ParkedEventsApi, RepublishResult } from './relay/parked-api.ts';
 export type { HeldBackBy } from './relay/held-back.ts';
 export { Consumer } from './consumers/consumer.ts';
 export type { ConsumerEvents } from './consumers/consumer.ts';

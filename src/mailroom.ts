@@ -44,6 +44,8 @@ import { SafeEmitter } from './observe/safe-emitter.ts';
 import type { MailroomEvents } from './observe/lifecycle.ts';
 import { checkRedactPaths, redact } from './observe/redact.ts';
 import { deadLettersApi, type DeadLettersApi } from './dead-letters/api.ts';
+import { parkedEventsApi, type ParkedEventsApi } from './relay/parked-api.ts';
+import { parkedQueries } from './relay/parked-queries.ts';
 import { deadLetterQueries } from './dead-letters/dead-letter-queries.ts';
 import { withReplayHistory } from './dead-letters/history.ts';
 import { checkMetricsOptions, createMetrics, type MailroomMetrics, type MetricsOptions } from './observe/metrics.ts';
@@ -167,6 +169,8 @@ export class Mailroom extends SafeEmitter<MailroomEvents> {
   readonly jobs: JobsApi;
   /** The dead-letter queue: list, show, replay and discard by filter (docs/DEAD-LETTERS.md). */
   readonly deadLetters: DeadLettersApi;
+  /** Events relay targets refused for good: list, republish and discard (docs/EVENTS.md, "Events a target refuses"). */
+  readonly parkedEvents: ParkedEventsApi;
   readonly versions: VersionsApi;
   private readonly retention: RetentionPolicy;
   private readonly admin: AdminQueries;
@@ -231,6 +235,7 @@ export class Mailroom extends SafeEmitter<MailroomEvents> {
       wakeChannel: `${this.schema}_wakeup`,
       fail: (e) => this.fail(e),
     });
+    this.parkedEvents = parkedEventsApi({ driver: this.driver, queries: parkedQueries(this.quotedSchema), fail: (e) => this.fail(e) });
     this.jobs = {
       get: (id) =>
         getJob(this.driver, this.queries, id)

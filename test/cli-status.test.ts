@@ -384,7 +384,7 @@ describe('parked relay events in the health verdict', () => {
     const stats: MailroomStats = { queues: {}, relay: { internal: target, 'nats:orders': { ...target, parked: 2 } }, consumers: {} };
     assert.deepEqual(
       checkHealth(stats, limits).map((f) => [f.check, f.subject, f.value, f.limit, f.message]),
-      [['max-dead', 'relay target nats:orders', 2, 0, 'relay target nats:orders: 2 parked events (refused by the target for good, see relay_parked), more than --max-dead 0']],
+      [['max-dead', 'relay target nats:orders', 2, 0, 'relay target nats:orders: 2 parked events (refused by the target for good: mailroom parked list nats:orders), more than --max-dead 0']],
     );
     assert.deepEqual(checkHealth(stats, { ...limits, maxDead: 2 }), []);
   });

@@ -124,6 +124,99 @@ for (const db of testDatabases()) {
       });
     }
 
+    it('parkedEvents: list shows what is parked, republish refused again keeps it with the new reason, republish once fixed delivers it in outbox order and unparks it, discard deletes', async () => {
+      const t = await db.open();
+      const { mailroom } = t;
+      await publishRange(mailroom, 1, 6);
+      const poison = new Set([2, 5]);
+      const target = refusing(modes[0], poison);
+      const relay = mailroom.relay({ internal: false, to: [target], batchSize: 10 });
+      await flushUntil(relay, 4, target.name, 15_000, mailroom);
+      await relay.stop();
+      assert.deepEqual(target.got, [1, 3, 4, 6]);
+
+      const listed = await mailroom.parkedEvents.list();
+      assert.deepEqual(
+        listed.map((p) => [p.target, p.type, p.reason]),
+        [
+          ['picky', 'parked.happened', 'n=2 is too large for picky'],
+          ['picky', 'parked.happened', 'n=5 is too large for picky'],
+        ],
+      );
+      assert.ok(listed.every((p) => p.bytes > 100 && p.parkedAt instanceof Date && p.parkedBy === relay.id && p.eventId.length > 0));
+      assert.ok(BigInt(listed[0]!.position) < BigInt(listed[1]!.position));
+      assert.deepEqual(await mailroom.parkedEvents.list({ target: 'other' }), []);
+      assert.equal((await mailroom.parkedEvents.list({ target: 'picky', limit: 1 })).length, 1);
+
+      // Still refused: both stay parked, with the target's latest reason.
+      const again = refusing(modes[0], poison);
+      const first = await mailroom.parkedEvents.republish(again);
+      assert.deepEqual(first.republished, []);
+      assert.deepEqual(
+        first.refused.map((r) => r.reason),
+        ['n=2 is too large for picky', 'n=5 is too large for picky'],
+      );
+      assert.equal((await parkedRows(t)).length, 2);
+
+      // One chosen by id, once the cause is fixed; then the rest.
+      poison.clear();
+      const fixed = refusing(modes[0], poison);
+      const one = await mailroom.parkedEvents.republish(fixed, { eventIds: [listed[1]!.eventId] });
+      assert.deepEqual(one, { republished: [listed[1]!.eventId], refused: [] });
+      assert.deepEqual(fixed.got, [5]);
+      const rest = await mailroom.parkedEvents.republish(fixed);
+      assert.deepEqual(rest, { republished: [listed[0]!.eventId], refused: [] });
+      assert.deepEqual(fixed.got, [5, 2]);
+      assert.deepEqual(await mailroom.parkedEvents.list(), []);
+      assert.equal((await mailroom.stats()).relay.picky!.parked, 0);
+
+      // Discard: by id and all; nothing is published.
+      await publishRange(mailroom, 7, 9);
+      const third = mailroom.relay({ internal: false, to: [refusing(modes[0], new Set([7, 8, 9]))], batchSize: 10 });
+      await flushUntil(third, 0, 'picky', 15_000, mailroom);
+      for (let i = 0; i < 50 && (await parkedRows(t)).length < 3; i++) await third.flush();
+      await third.stop();
+      const three = await mailroom.parkedEvents.list({ target: 'picky' });
+      assert.equal(three.length, 3);
+      assert.deepEqual(await mailroom.parkedEvents.discard('picky', { eventIds: [three[0]!.eventId] }), { discarded: [three[0]!.eventId] });
+      assert.deepEqual((await mailroom.parkedEvents.discard('picky', { all: true })).discarded.sort(), [three[1]!.eventId, three[2]!.eventId].sort());
+      assert.deepEqual(await mailroom.parkedEvents.list(), []);
+    });
+
+    it('parkedEvents: a republish that fails for another reason stops there and leaves it and the rest parked; bad arguments are refused naming the problem', async () => {
+      const t = await db.open();
+      const { mailroom } = t;
+      await publishRange(mailroom, 1, 3);
+      const relay = mailroom.relay({ internal: false, to: [refusing(modes[0], new Set([1, 2, 3]))], batchSize: 10 });
+      for (let i = 0; i < 50 && (await parkedRows(t)).length < 3; i++) await relay.flush();
+      await relay.stop();
+      assert.equal((await parkedRows(t)).length, 3);
+
+      let calls = 0;
+      const down: RelayTarget = {
+        name: 'picky',
+        async publish() {
+          calls++;
+          if (calls === 2) throw new Error('broker unreachable');
+        },
+      };
+      await assert.rejects(mailroom.parkedEvents.republish(down), (error: Error) =>
+        /parkedEvents.republish: publishing parked event \S+ to picky failed: broker unreachable; 1 were republished before it, it and the rest stay parked/.test(error.message),
+      );
+      assert.deepEqual((await parkedRows(t)).map((r) => r.n), [2, 3]);
+
+      const bad = async (call: Promise<unknown>, path: string, message: RegExp) =>
+        assert.rejects(call, (error: unknown) => error instanceof ValidationError && error.issues[0]?.path === path && message.test(error.message));
+      await bad(mailroom.parkedEvents.list({ limit: 0 }), 'limit', /limit must be an integer from 1 to 10000, got 0/);
+      await bad(mailroom.parkedEvents.list({ target: '' }), 'target', /the target must be a relay target's name/);
+      await bad(mailroom.parkedEvents.discard('picky', {} as never), 'eventIds', /say which parked events of picky to delete: \{ eventIds: \[\.\.\.\] \}, or \{ all: true \}/);
+      await bad(mailroom.parkedEvents.discard('picky', { eventIds: [] }), 'eventIds', /eventIds must be a non-empty array of event ids/);
+      await bad(mailroom.parkedEvents.discard('picky', { all: 'yes' } as never), 'eventIds', /say which parked events/);
+      await bad(mailroom.parkedEvents.republish({ name: 'picky' } as never), 'target', /target must be a relay target \(an object with name and publish\)/);
+      await bad(mailroom.parkedEvents.republish(down, { eventIds: [7] as never }), 'eventIds', /eventIds must be a non-empty array/);
+      assert.equal((await parkedRows(t)).length, 2, 'nothing deleted by the refused calls');
+    });
+
     it("the mailroom's logger writes a parked event as an error line naming the target, the event and the reason", async () => {
       const lines: { fields: Record<string, unknown>; message: string }[] = [];
       const sink = (fields: Record<string, unknown>, message: string) => void lines.push({ fields, message });
@@ -272,6 +365,18 @@ for (const db of testDatabases()) {
           // Event 1 may have been confirmed before the channel closed, and is then sent again with the rest.
           assert.deepEqual([...new Set(ns)], [1, 3, 4]);
           assert.equal((await mailroom.stats()).relay[target.name]!.parked, 1);
+
+          // The limit back up (the finally above): republishing delivers it and unparks it.
+          const again = rabbitmq({ url: RABBITMQ_URL!, exchange });
+          try {
+            assert.deepEqual(await mailroom.parkedEvents.republish(again), { republished: [rows[0]!.event_id], refused: [] });
+          } finally {
+            await again.close();
+          }
+          const late = await channel.get(queue, { noAck: true });
+          assert.ok(late, 'the republished event reached the queue');
+          assert.equal((JSON.parse(late.content.toString()) as { data: { n: number } }).data.n, 2);
+          assert.deepEqual(await mailroom.parkedEvents.list(), []);
           await channel.deleteExchange(exchange);
         });
       },

@@ -81,7 +81,7 @@ export function checkHealth(stats: MailroomStats, limits: HealthThresholds): Fai
         subject: `relay target ${target}`,
         value: r.parked,
         limit: limits.maxDead,
-        message: `relay target ${target}: ${r.parked} parked event${r.parked === 1 ? '' : 's'} (refused by the target for good, see relay_parked), more than --max-dead ${limits.maxDead}`,
+        message: `relay target ${target}: ${r.parked} parked event${r.parked === 1 ? '' : 's'} (refused by the target for good: mailroom parked list ${target}), more than --max-dead ${limits.maxDead}`,
       });
     }
   }

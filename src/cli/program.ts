@@ -13,11 +13,12 @@ import { doctorCommand } from './doctor.ts';
 import { commandHelp, overviewHelp } from './help.ts';
 import { jobsCommand } from './jobs.ts';
 import { migrateCommand } from './migrate.ts';
+import { parkedCommand } from './parked.ts';
 import { startCommand } from './start.ts';
 import { statusCommand } from './status.ts';
 import { parsesOwnArguments } from './subcommand.ts';
 
-const COMMANDS: readonly CommandSpec[] = [migrateCommand, startCommand, demoCommand, doctorCommand, statusCommand, jobsCommand, dlqCommand, benchCommand];
+const COMMANDS: readonly CommandSpec[] = [migrateCommand, startCommand, demoCommand, doctorCommand, statusCommand, jobsCommand, dlqCommand, parkedCommand, benchCommand];
 
 /** Commands DESIGN.md promises that this version does not have yet. */
 const PLANNED = ['dashboard'];
