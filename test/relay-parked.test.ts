@@ -382,6 +382,81 @@ for (const db of testDatabases()) {
       },
     );
 
+    it("a real NATS stream: an event over its max_msg_size is parked; once the limit is raised, republish stores it and unparks it", { skip: !NATS_URL && 'set NATS_URL' }, async () => {
+      const t = await db.open();
+      const { mailroom } = t;
+      const stream = `mr-parked-msg-${process.pid}-${Date.now().toString(36)}`;
+      await withJsm(NATS_URL!, (jsm) => jsm.streams.add({ name: stream, subjects: [`${stream}.>`], max_msg_size: 2_000 }));
+      await mailroom.publishMany(sized, [{ n: 1, pad: '' }, { n: 2, pad: 'x'.repeat(3_000) }, { n: 3, pad: '' }]);
+      const target = nats({ url: NATS_URL!, stream });
+      const relay = mailroom.relay({ internal: false, to: [target] });
+      relay.on('warning', () => {}); // nats-max-payload says this in advance
+      const storedNs = () =>
+        withJsm(NATS_URL!, async (jsm) => {
+          const info = await jsm.streams.info(stream);
+          const ns: number[] = [];
+          for (let seq = info.state.first_seq; seq <= info.state.last_seq && info.state.messages > 0; seq++) {
+            const m = await jsm.streams.getMessage(stream, { seq });
+            if (m) ns.push((JSON.parse(new TextDecoder().decode(m.data)) as { data: { n: number } }).data.n);
+          }
+          return ns;
+        });
+      try {
+        await flushUntil(relay, 2, target.name, 15_000, mailroom);
+        await relay.stop();
+        const rows = await parkedRows(t);
+        assert.deepEqual(rows.map((r) => r.n), [2]);
+        assert.match(rows[0]!.reason, /max_msg_size/);
+        assert.deepEqual(await storedNs(), [1, 3]);
+
+        await withJsm(NATS_URL!, (jsm) => jsm.streams.update(stream, { subjects: [`${stream}.>`], max_msg_size: 10_000 }));
+        const again = nats({ url: NATS_URL!, stream });
+        try {
+          assert.deepEqual(await mailroom.parkedEvents.republish(again), { republished: [rows[0]!.event_id], refused: [] });
+        } finally {
+          await again.close?.();
+        }
+        assert.deepEqual(await storedNs(), [1, 3, 2], 'stored after the events that followed it');
+        assert.deepEqual(await mailroom.parkedEvents.list(), []);
+      } finally {
+        await relay.stop();
+        await withJsm(NATS_URL!, (jsm) => jsm.streams.delete(stream)).catch(() => undefined);
+      }
+    });
+
+    it('a relay that lost its lease between the refusal and the park parks nothing; the relay holding the lease next parks it', async () => {
+      const t = await db.open();
+      const { mailroom } = t;
+      await publishRange(mailroom, 1, 3);
+      let steals = 0;
+      const target: RelayTarget = {
+        name: 'picky',
+        readAhead: true, // publishes outside the relay's transaction, so this test can write the cursor row meanwhile
+        async publish(events) {
+          const bad = events.find((e) => (e.envelope.data as { n: number }).n === 2);
+          if (!bad) return;
+          if (steals === 0) {
+            steals++;
+            // Another relay takes the lease over (a new fencing token) before this one records the refusal.
+            await t.sql(`UPDATE "${t.schema}".relay_cursors SET holder = 'thief', token = token + 1, locked_until = now() - interval '1 second' WHERE target = 'picky'`);
+          }
+          throw new RefusedEventError(bad.envelope.id, 'n=2 is too large for picky');
+        },
+      };
+      const relay = mailroom.relay({ internal: false, to: [target], batchSize: 10 });
+      const parked: ParkedEvent[] = [];
+      relay.on('parked', (info) => parked.push(info));
+      const first = await relay.flush();
+      assert.equal(steals, 1);
+      assert.equal(first.picky!.delivered, 0);
+      assert.deepEqual(await parkedRows(t), [], 'the fenced park wrote nothing for the relay that lost its lease');
+      assert.deepEqual(parked, []);
+      await flushUntil(relay, 2, 'picky', 15_000, mailroom);
+      await relay.stop();
+      assert.deepEqual((await parkedRows(t)).map((r) => r.n), [2]);
+      assert.equal(parked.length, 1);
+    });
+
     it('onRefused must be park or hold', async () => {
       const { mailroom } = await db.open();
       for (const bad of ['skip', '', 1, 'PARK']) {

@@ -425,7 +425,7 @@ export class Relay extends SafeEmitter<RelayEvents> {
     const type = storedRowOf(event).type;
     const info = { target: name, eventId: error.eventId, type, position: event.position, reason: error.reason };
     if (this.listenerCount('parked') > 0) this.emit('parked', info);
-    else console.error(`[mailroom] relay ${this.id}: target ${name} refused event ${info.eventId} (${type}, position ${info.position}) for good; parked in relay_parked: ${info.reason}`);
+    else console.error(`[mailroom] relay ${this.id}: target ${name} refused event ${info.eventId} (${type}, position ${info.position}) for good; parked (see mailroom parked list ${name}): ${info.reason}`);
     return { kind: 'done', delivered: 0, exhausted: false, blockedBy: null, fence, cursor };
   }
 
