@@ -173,6 +173,12 @@ CREATE TABLE :"schema".relay_parked (
   parked_at timestamp with time zone DEFAULT now() NOT NULL
 );
 
+CREATE TABLE :"schema".wake_listeners (
+  channel text NOT NULL,
+  listener text NOT NULL,
+  seen_at timestamp with time zone DEFAULT now() NOT NULL
+);
+
 -- Constraints
 
 ALTER TABLE :"schema".consumer_groups ADD CONSTRAINT consumer_groups_pkey PRIMARY KEY (name);
@@ -190,6 +196,7 @@ ALTER TABLE :"schema".outbox_keys ADD CONSTRAINT outbox_keys_pkey PRIMARY KEY (k
 ALTER TABLE :"schema".queue_controls ADD CONSTRAINT queue_controls_pkey PRIMARY KEY (queue);
 ALTER TABLE :"schema".relay_cursors ADD CONSTRAINT relay_cursors_pkey PRIMARY KEY (target);
 ALTER TABLE :"schema".relay_parked ADD CONSTRAINT relay_parked_pkey PRIMARY KEY (target, "position");
+ALTER TABLE :"schema".wake_listeners ADD CONSTRAINT wake_listeners_pkey PRIMARY KEY (channel, listener);
 ALTER TABLE :"schema".outbox ADD CONSTRAINT outbox_id_key UNIQUE (id);
 ALTER TABLE :"schema".consumer_groups ADD CONSTRAINT consumer_groups_max_attempts_check CHECK ((max_attempts >= 1));
 ALTER TABLE :"schema".dead_letter_replays ADD CONSTRAINT dead_letter_replays_action_check CHECK ((action = ANY (ARRAY['replay'::text, 'discard'::text])));
@@ -236,6 +243,7 @@ CREATE INDEX outbox_subject_idx ON :"schema".outbox USING btree (subject, "posit
 -- (made by its constraint) CREATE UNIQUE INDEX queue_controls_pkey ON :"schema".queue_controls USING btree (queue);
 -- (made by its constraint) CREATE UNIQUE INDEX relay_cursors_pkey ON :"schema".relay_cursors USING btree (target);
 -- (made by its constraint) CREATE UNIQUE INDEX relay_parked_pkey ON :"schema".relay_parked USING btree (target, "position");
+-- (made by its constraint) CREATE UNIQUE INDEX wake_listeners_pkey ON :"schema".wake_listeners USING btree (channel, listener);
 
 -- Sequences, views and types
 
@@ -259,9 +267,12 @@ $function$;
 CREATE OR REPLACE FUNCTION :"schema".notify_outbox()
  RETURNS trigger
  LANGUAGE plpgsql
+ SET search_path TO :'schema'
 AS $function$
 BEGIN
-  PERFORM pg_notify(TG_TABLE_SCHEMA || '_outbox', '');
+  IF EXISTS (SELECT 1 FROM wake_listeners WHERE channel = 'outbox') THEN
+    PERFORM pg_notify(TG_TABLE_SCHEMA || '_outbox', '');
+  END IF;
   RETURN NULL;
 END;
 $function$;

@@ -33,6 +33,7 @@ import { checkItems, publishEvents, TransactionEndedError } from './events/publi
 import type { PublishManyOptions, PublishOptions } from './events/publish-options.ts';
 import { Relay } from './relay/relay.ts';
 import { relayQueries, type RelayQueries } from './relay/relay-queries.ts';
+import { wakeGateQueries, type WakeGateQueries } from './storage/wake-gate.ts';
 import { resolveRelayOptions, type RelayOptions } from './relay/options.ts';
 import { fanOutQueries, type FanOutQueries } from './relay/fanout-queries.ts';
 import { internalTarget } from './relay/internal-target.ts';
@@ -184,6 +185,7 @@ export class Mailroom extends SafeEmitter<MailroomEvents> {
   private readonly consumers = new Set<Consumer>();
   private readonly outboxQueries: OutboxQueries;
   private readonly relayQueries: RelayQueries;
+  private readonly wakeQueries: WakeGateQueries;
   private readonly consumerQueries: ConsumerQueries;
   private readonly ingestQueries: IngestQueries;
   private readonly fanOutQueries: FanOutQueries;
@@ -208,6 +210,7 @@ export class Mailroom extends SafeEmitter<MailroomEvents> {
     this.controlQueries = controlQueries(this.quotedSchema);
     this.outboxQueries = outboxQueries(this.quotedSchema);
     this.relayQueries = relayQueries(this.quotedSchema);
+    this.wakeQueries = wakeGateQueries(this.quotedSchema);
     this.consumerQueries = consumerQueries(this.quotedSchema);
     this.ingestQueries = ingestQueries(this.quotedSchema);
     this.fanOutQueries = fanOutQueries(this.quotedSchema);
@@ -390,7 +393,7 @@ export class Mailroom extends SafeEmitter<MailroomEvents> {
    */
   relay(options: RelayOptions = {}): Relay {
     const resolved = resolveRelayOptions(options, internalTarget(this.fanOutQueries));
-    const relay = new Relay(this.driver, this.relayQueries, this.outboxQueries, `${this.schema}_outbox`, resolved, this.maxPayloadBytes);
+    const relay = new Relay(this.driver, this.relayQueries, this.outboxQueries, this.wakeQueries, `${this.schema}_outbox`, resolved, this.maxPayloadBytes);
     forwardRelay(relay, this, this.forwarding);
     this.relays.add(relay);
     return relay;

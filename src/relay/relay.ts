@@ -14,6 +14,7 @@ import type { RelayedEvent, RelayTarget } from './target.ts';
 import { ParkedEvents, type ParkedEvent } from './parking.ts';
 import { RefusedEventError } from './refused.ts';
 import { Waker } from '../worker/waker.ts';
+import { WakeGate, type WakeGateQueries } from '../storage/wake-gate.ts';
 
 /** Events a relay emits. */
 export interface RelayEvents {
@@ -107,12 +108,15 @@ export class Relay extends SafeEmitter<RelayEvents> {
   private timers: NodeJS.Timeout[] = [];
   private unlisten: (() => Promise<void>) | undefined;
   private pruning: Promise<unknown> | undefined;
+  /** Asks publishers for a NOTIFY while this relay sleeps, and not while events keep coming (see WakeGate). */
+  private readonly gate: WakeGate;
 
   /** @internal use `mailroom.relay()` */
   constructor(
     private readonly driver: Driver,
     private readonly queries: RelayQueries,
     private readonly outbox: OutboxQueries,
+    wakeQueries: WakeGateQueries,
     private readonly channel: string,
     private readonly options: ResolvedRelayOptions,
     /** The mailroom's `maxPayloadBytes`, for the targets' size checks. */
@@ -120,6 +124,7 @@ export class Relay extends SafeEmitter<RelayEvents> {
   ) {
     super();
     this.id = options.id;
+    this.gate = new WakeGate(driver, wakeQueries, 'outbox', this.id, options.pollMs, (error) => this.report(error));
     this.states = options.targets.map((target) => ({
       target,
       token: null,
@@ -151,6 +156,7 @@ export class Relay extends SafeEmitter<RelayEvents> {
     this.state = 'running';
     try {
       this.unlisten = await this.driver.listen(this.channel, () => {
+        this.gate.notified();
         for (const s of this.states) this.poke(s);
       });
     } catch (error) {
@@ -211,7 +217,10 @@ export class Relay extends SafeEmitter<RelayEvents> {
       s.token = null;
     }
     for (const s of this.states) await s.target.close?.().catch((e: unknown) => this.report(e));
-    if (wasRunning) await this.unlisten?.().catch(() => {});
+    if (wasRunning) {
+      await this.gate.close().catch((e: unknown) => this.report(e));
+      await this.unlisten?.().catch(() => {});
+    }
     this.state = 'stopped';
   }
 
@@ -300,6 +309,7 @@ export class Relay extends SafeEmitter<RelayEvents> {
           this.emit('lease-lost', { target: s.target.name });
           continue;
         }
+        if (round.delivered > 0) this.gate.worked();
         if (!round.exhausted && round.blockedBy === null) continue; // more is waiting
         const after = await this.afterRound(s, round);
         if (after === 'again') {
@@ -309,7 +319,8 @@ export class Relay extends SafeEmitter<RelayEvents> {
         s.emptyAgain = 0;
         // The end of the transaction that holds the fence sends no NOTIFY: look again soon, backing off to the poll.
         heldDelay = after === 'held-back' ? Math.min(this.options.pollMs, heldDelay === 0 ? HELD_BACK_RECHECK_MS : heldDelay * 2) : 0;
-        await this.sleep(s, heldDelay || this.options.pollMs);
+        // Idle: publishers notify only once this relay says it sleeps (a short look again first, see WakeGate).
+        await this.sleep(s, heldDelay || (await this.gate.idle()));
       } catch (error) {
         this.report(error);
         errorDelay = Math.min(MAX_ERROR_BACKOFF_MS, Math.max(100, errorDelay * 2));

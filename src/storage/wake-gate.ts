@@ -1,0 +1,165 @@
+/**
+ * Whether publishers should send NOTIFY: a sleeping listener records itself
+ * in `wake_listeners`, and the trigger notifies only while a row is there.
+ *
+ * PostgreSQL commits notifying transactions one at a time (a lock held
+ * through the WAL flush), so a NOTIFY in every publish caps concurrent
+ * publishers at what one disk flush after another allows. So:
+ * - a listener that finds nothing to do records itself, then looks once more
+ *   until every transaction that was running at that moment has ended (one of
+ *   them may have checked the table just before the row was there, and will
+ *   send nothing when it commits);
+ * - a listener woken more than {@link BUSY_NOTIFIES} times within
+ *   {@link BUSY_WINDOW_MS} takes its row away and polls every
+ *   {@link FAST_POLL_MS} instead, until it has found nothing for
+ *   {@link QUIET_MS}: then it records itself again.
+ * Polling at `pollMs` stays the safety net; a row left by a crashed listener
+ * only brings back a NOTIFY per publish, and is dropped after {@link STALE_MINUTES}.
+ */
+import type { Driver, NamedQuery } from './driver.ts';
+import { namedQueries } from './named.ts';
+
+/** Notifications within {@link BUSY_WINDOW_MS} past which a listener stops asking for them. */
+export const BUSY_NOTIFIES = 20;
+export const BUSY_WINDOW_MS = 100;
+/** How often a listener that stopped asking for notifications looks for work. */
+export const FAST_POLL_MS = 5;
+/** How long a polling listener finds nothing before it asks for notifications again. */
+export const QUIET_MS = 100;
+/** The longest wait between two looks while transactions that may have missed the row are running. */
+const SETTLE_MAX_MS = 200;
+/** A sleeping listener refreshes its row at least this often; rows older than twice this are dropped. */
+const REFRESH_MS = 60_000;
+const STALE_MINUTES = 10;
+
+/** The statements of the wake gate, for one quoted schema. */
+export interface WakeGateQueries {
+  register: NamedQuery;
+  snapshot: NamedQuery;
+  settled: NamedQuery;
+  unregister: NamedQuery;
+}
+
+/** Builds the wake-gate statements for a quoted schema name. */
+export function wakeGateQueries(quotedSchema: string): WakeGateQueries {
+  const s = quotedSchema;
+  const q = namedQueries(quotedSchema);
+  return {
+    // $1 channel, $2 listener. Records (or refreshes) a sleeping listener; drops rows of listeners gone for long.
+    register: q(
+      'wake_register',
+      `WITH stale AS (DELETE FROM ${s}.wake_listeners WHERE channel = $1 AND seen_at < now() - interval '${STALE_MINUTES} minutes')
+       INSERT INTO ${s}.wake_listeners (channel, listener) VALUES ($1, $2)
+       ON CONFLICT (channel, listener) DO UPDATE SET seen_at = now()`,
+    ),
+    // Taken after the registration committed: its running transactions are those that may have missed the row.
+    snapshot: q('wake_snapshot', `SELECT pg_current_snapshot()::text AS snapshot`),
+    // $1 snapshot. True once none of its running transactions is still running.
+    settled: q(
+      'wake_settled',
+      `SELECT NOT EXISTS (SELECT 1 FROM pg_snapshot_xip($1::pg_snapshot) AS x WHERE pg_xact_status(x) = 'in progress') AS settled`,
+    ),
+    // $1 channel, $2 listener
+    unregister: q('wake_unregister', `DELETE FROM ${s}.wake_listeners WHERE channel = $1 AND listener = $2`),
+  };
+}
+
+/**
+ * One listener's row in `wake_listeners`, kept while it sleeps and taken
+ * away while notifications come too fast to be worth their cost.
+ *
+ * @example
+ * const gate = new WakeGate(driver, queries, 'outbox', relayId, 1000);
+ * // found nothing to do:
+ * await waker.sleep(await gate.idle());
+ */
+export class WakeGate {
+  private registered = false;
+  private registeredAt = 0;
+  /** The snapshot taken after registering, until its transactions have ended. */
+  private settling: string | null = null;
+  private settleDelay = FAST_POLL_MS;
+  /** Polling instead of being notified, since notifications came fast. */
+  private polling = false;
+  private lastWorkAt = 0;
+  private notifications: number[] = [];
+  private chain: Promise<unknown> = Promise.resolve();
+  private closed = false;
+
+  constructor(
+    private readonly driver: Driver,
+    private readonly queries: WakeGateQueries,
+    private readonly channel: string,
+    private readonly listener: string,
+    private readonly pollMs: number,
+    private readonly report: (error: unknown) => void,
+  ) {}
+
+  /** A NOTIFY arrived. Past {@link BUSY_NOTIFIES} in {@link BUSY_WINDOW_MS}, the row goes and the listener polls. */
+  notified(): void {
+    const now = Date.now();
+    this.notifications.push(now);
+    while (this.notifications.length > 0 && this.notifications[0]! < now - BUSY_WINDOW_MS) this.notifications.shift();
+    if (this.notifications.length >= BUSY_NOTIFIES && this.registered && !this.closed) {
+      this.notifications = [];
+      this.polling = true;
+      this.lastWorkAt = now;
+      this.registered = false;
+      this.settling = null;
+      this.serialized(() => this.driver.run(this.queries.unregister, [this.channel, this.listener])).catch(this.report);
+    }
+  }
+
+  /** The listener found work (a polling listener keeps polling while it does). */
+  worked(): void {
+    this.lastWorkAt = Date.now();
+  }
+
+  /**
+   * The listener found nothing to do: returns how long it may sleep (a NOTIFY
+   * may cut that short). Registers first when it is not registered, and keeps
+   * the sleeps short until transactions that may have missed the row ended.
+   */
+  async idle(): Promise<number> {
+    if (this.closed) return this.pollMs;
+    const now = Date.now();
+    if (this.polling && now - this.lastWorkAt < QUIET_MS) return FAST_POLL_MS;
+    this.polling = false;
+    try {
+      if (!this.registered || now - this.registeredAt > REFRESH_MS) {
+        await this.serialized(() => this.driver.run(this.queries.register, [this.channel, this.listener]));
+        if (this.closed) return this.pollMs;
+        const { rows } = await this.driver.run<{ snapshot: string }>(this.queries.snapshot, []);
+        this.registered = true;
+        this.registeredAt = now;
+        this.settling = rows[0]!.snapshot;
+        this.settleDelay = FAST_POLL_MS;
+        return FAST_POLL_MS; // look once more first
+      }
+      if (this.settling !== null) {
+        const { rows } = await this.driver.run<{ settled: boolean }>(this.queries.settled, [this.settling]);
+        if (rows[0]!.settled) this.settling = null;
+        else {
+          this.settleDelay = Math.min(SETTLE_MAX_MS, this.pollMs, this.settleDelay * 2);
+          return this.settleDelay;
+        }
+      }
+    } catch (error) {
+      this.report(error);
+    }
+    return Math.min(this.pollMs, REFRESH_MS);
+  }
+
+  /** Takes the row away for good (the listener stops). */
+  async close(): Promise<void> {
+    this.closed = true;
+    await this.serialized(() => this.driver.run(this.queries.unregister, [this.channel, this.listener]));
+    this.registered = false;
+  }
+
+  private serialized<T>(fn: () => Promise<T>): Promise<T> {
+    const run = this.chain.then(fn, fn);
+    this.chain = run.catch(() => undefined); // each caller reports its own failure
+    return run;
+  }
+}

@@ -1,0 +1,146 @@
+/**
+ * Publishers send NOTIFY only while a relay sleeps (src/storage/wake-gate.ts):
+ * PostgreSQL commits notifying transactions one at a time, so a NOTIFY per
+ * publish caps concurrent publishers. These tests count the notifications a
+ * real database delivers, and check that a sleeping relay is still woken at
+ * once, including by a transaction that checked before the relay said it sleeps.
+ */
+import { describe, it } from 'node:test';
+import assert from 'node:assert/strict';
+import type { PGlite } from '@electric-sql/pglite';
+import pg from 'pg';
+import { defineEvent, type RelayTarget } from '../src/index.ts';
+import { testDatabases, type TestDatabase, type TestMailroom } from './helpers/databases.ts';
+import { eventually } from './helpers/events.ts';
+
+const noted = defineEvent<{ n: number }>('wake.noted', { version: 1 });
+
+/** Counts the NOTIFYs on the mailroom's outbox channel until `stop()`. */
+async function countNotifications(db: TestDatabase, schema: string): Promise<{ count(): number; stop(): Promise<void> }> {
+  let count = 0;
+  const channel = `${schema}_outbox`;
+  const handle = await db.handle();
+  if (db.name === 'pglite') {
+    const unlisten = await (handle as PGlite).listen(channel, () => void count++);
+    return { count: () => count, stop: unlisten };
+  }
+  const client = await (handle as pg.Pool).connect();
+  client.on('notification', (n) => n.channel === channel && count++);
+  await client.query(`LISTEN "${channel}"`);
+  return {
+    count: () => count,
+    stop: async () => {
+      await client.query(`UNLISTEN "${channel}"`);
+      client.release();
+    },
+  };
+}
+
+function sink(): RelayTarget & { ns: number[] } {
+  const ns: number[] = [];
+  return {
+    name: 'sink',
+    ns,
+    publish: async (events) => {
+      for (const e of events) ns.push((e.envelope.data as { n: number }).n);
+    },
+  };
+}
+
+async function listeners(t: TestMailroom): Promise<string[]> {
+  const rows = await t.sql<{ listener: string }>(`SELECT listener FROM "${t.schema}".wake_listeners WHERE channel = 'outbox'`);
+  return rows.map((r) => r.listener);
+}
+
+for (const db of testDatabases()) {
+  describe(`wake gate on ${db.name}`, () => {
+    it('no NOTIFY while no relay sleeps; a sleeping relay is recorded, notified and woken long before its poll, and leaves on stop', async () => {
+      const t = await db.open();
+      const notes = await countNotifications(db, t.schema);
+      try {
+        for (let n = 1; n <= 5; n++) await t.mailroom.publish(noted, { n });
+        await new Promise((r) => setTimeout(r, 100)); // notifications arrive after the commit
+        assert.equal(notes.count(), 0, 'nobody sleeps: five publishes sent no NOTIFY');
+
+        const target = sink();
+        const relay = t.mailroom.relay({ internal: false, to: [target], pollInterval: '1m' });
+        await relay.start();
+        await eventually(() => target.ns.length === 5, 10_000, 'the first five delivered');
+        await eventually(async () => (await listeners(t)).includes(relay.id), 10_000, 'the idle relay recorded');
+        await new Promise((r) => setTimeout(r, 300)); // past the look-again after recording
+        const started = Date.now();
+        await t.mailroom.publish(noted, { n: 6 });
+        await eventually(() => target.ns.length === 6, 10_000, 'the sixth delivered');
+        assert.ok(Date.now() - started < 10_000, 'woken, not polled (the poll is a minute)');
+        assert.ok(notes.count() >= 1, 'the publish notified the sleeping relay');
+        await relay.stop();
+        assert.deepEqual(await listeners(t), [], 'a stopped relay is not asked for');
+      } finally {
+        await notes.stop();
+      }
+    });
+
+    it(
+      'a transaction that published before the relay said it sleeps, and commits after, is delivered without the poll',
+      { skip: db.name === 'pglite' ? 'PGlite serves one connection: the relay cannot run beside an open transaction' : false },
+      async () => {
+        const t = await db.open();
+        const client = await ((await db.handle()) as pg.Pool).connect();
+        const target = sink();
+        const relay = t.mailroom.relay({ internal: false, to: [target], pollInterval: '1m' });
+        try {
+          await client.query('BEGIN');
+          await t.mailroom.publish(noted, { n: 1 }, { tx: client }); // the trigger saw no listener: no NOTIFY at commit
+          await relay.start();
+          await eventually(async () => (await listeners(t)).includes(relay.id), 10_000, 'the idle relay recorded');
+          await new Promise((r) => setTimeout(r, 200));
+          await client.query('COMMIT');
+          const committed = Date.now();
+          await eventually(() => target.ns.length === 1, 10_000, 'the event of the straddling transaction delivered');
+          assert.ok(Date.now() - committed < 10_000, 'looked again while that transaction ran, instead of sleeping a minute');
+        } finally {
+          client.release();
+          await relay.stop();
+        }
+      },
+    );
+
+    it(
+      'a relay notified fast stops asking for NOTIFY, polls while events come, and asks again once they stop',
+      { skip: db.name === 'pglite' ? 'PGlite serves one connection: no concurrent publishers' : false },
+      async () => {
+        const t = await db.open({ poolSize: 12 });
+        const target = sink();
+        const relay = t.mailroom.relay({ internal: false, to: [target], pollInterval: '1m' });
+        await relay.start();
+        await eventually(async () => (await listeners(t)).includes(relay.id), 10_000, 'the idle relay recorded');
+        await new Promise((r) => setTimeout(r, 300));
+        const notes = await countNotifications(db, t.schema);
+        try {
+          // 10 publishers, one event per transaction, for about a second.
+          let n = 0;
+          const end = Date.now() + 1000;
+          await Promise.all(
+            Array.from({ length: 10 }, async () => {
+              while (Date.now() < end) await t.mailroom.publish(noted, { n: ++n });
+            }),
+          );
+          await eventually(() => target.ns.length === n, 10_000, `all ${n} delivered`);
+          assert.ok(n >= 200, `enough transactions to measure (${n})`);
+          assert.ok(notes.count() < n / 4, `${notes.count()} notifications for ${n} transactions: the busy relay stopped asking for them`);
+          await eventually(async () => (await listeners(t)).includes(relay.id), 10_000, 'recorded again once quiet');
+          await new Promise((r) => setTimeout(r, 300));
+          const before = notes.count();
+          const started = Date.now();
+          await t.mailroom.publish(noted, { n: n + 1 });
+          await eventually(() => target.ns.length === n + 1, 10_000, 'the quiet publish delivered');
+          assert.ok(Date.now() - started < 10_000);
+          await eventually(() => notes.count() > before, 5_000, 'the quiet publish notified');
+        } finally {
+          await notes.stop();
+          await relay.stop();
+        }
+      },
+    );
+  });
+}
