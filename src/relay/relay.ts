@@ -320,7 +320,7 @@ export class Relay extends SafeEmitter<RelayEvents> {
         // The end of the transaction that holds the fence sends no NOTIFY: look again soon, backing off to the poll.
         heldDelay = after === 'held-back' ? Math.min(this.options.pollMs, heldDelay === 0 ? HELD_BACK_RECHECK_MS : heldDelay * 2) : 0;
         // Idle: publishers notify only once this relay says it sleeps (a short look again first, see WakeGate).
-        await this.sleep(s, heldDelay || (await this.gate.idle()));
+        await this.sleep(s, heldDelay ? this.gate.capped(heldDelay) : await this.gate.idle());
       } catch (error) {
         this.report(error);
         errorDelay = Math.min(MAX_ERROR_BACKOFF_MS, Math.max(100, errorDelay * 2));

@@ -20,7 +20,7 @@ import type { Driver, NamedQuery } from './driver.ts';
 import { namedQueries } from './named.ts';
 
 /** Notifications within {@link BUSY_WINDOW_MS} past which a listener stops asking for them. */
-export const BUSY_NOTIFIES = 20;
+export const BUSY_NOTIFIES = 50;
 export const BUSY_WINDOW_MS = 100;
 /** How often a listener that stopped asking for notifications looks for work. */
 export const FAST_POLL_MS = 5;
@@ -113,6 +113,15 @@ export class WakeGate {
   /** The listener found work (a polling listener keeps polling while it does). */
   worked(): void {
     this.lastWorkAt = Date.now();
+  }
+
+  /**
+   * A sleep the listener chose itself (waiting for a transaction that holds
+   * work back, say), shortened to {@link FAST_POLL_MS} while it polls: no
+   * NOTIFY would cut it short then.
+   */
+  capped(ms: number): number {
+    return this.polling && Date.now() - this.lastWorkAt < QUIET_MS ? Math.min(ms, FAST_POLL_MS) : ms;
   }
 
   /**
