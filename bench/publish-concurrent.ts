@@ -1,11 +1,12 @@
 /**
  * Concurrent publishers (or enqueuers), one event (job) per transaction, for
- * SECONDS, with a relay delivering to a target that does nothing (RELAY=0: no
- * relay): events/s, and how many NOTIFYs a listener on the outbox channel
- * received. For comparing two builds (the NOTIFY serialises commits).
+ * SECONDS, with a relay delivering to a target that does nothing (or a worker
+ * of concurrency 20 running no-op jobs; RELAY=0 / WORKER=0: none): events/s,
+ * and how many NOTIFYs a listener on the channel received. For comparing two
+ * builds (the NOTIFY serialises commits).
  *
  *   DIST=/abs/path/to/dist/index.js npx tsx bench/publish-concurrent.ts
- *   env: CALLERS (20), SECONDS (5), WHAT=event|job, RELAY=1|0
+ *   env: CALLERS (20), SECONDS (5), WHAT=event|job, RELAY=1|0, WORKER=1|0
  */
 import pg from 'pg';
 
@@ -15,6 +16,7 @@ const callers = Number(process.env.CALLERS ?? 20);
 const seconds = Number(process.env.SECONDS ?? 5);
 const what = process.env.WHAT === 'job' ? 'job' : 'event';
 const withRelay = process.env.RELAY !== '0' && what === 'event';
+const withWorker = process.env.WORKER !== '0' && what === 'job';
 const serverUrl = 'postgres://postgres@127.0.0.1:5432/postgres';
 const db = `probe_pubc_${Date.now().toString(36)}`;
 const admin = new pg.Client(serverUrl);
@@ -31,6 +33,9 @@ try {
   relay?.on('delivered', (info) => (delivered += info.count));
   relay?.on('held-back', () => {});
   await relay?.start();
+  let ran = 0;
+  const worker = withWorker ? mailroom.worker({ queues: ['bench'], concurrency: 20, handlers: { [job.name]: () => void ran++ } }) : null;
+  await worker?.start();
   await new Promise((r) => setTimeout(r, 300)); // the relay finds nothing and goes to sleep
   const listener = new pg.Client(url);
   await listener.connect();
@@ -54,8 +59,13 @@ try {
     while (delivered < n && Date.now() < deadline) await new Promise((r) => setTimeout(r, 20));
     await relay.stop();
   }
+  if (worker) {
+    const deadline = Date.now() + 30_000;
+    while (ran < n && Date.now() < deadline) await new Promise((r) => setTimeout(r, 20));
+    await worker.stop();
+  }
   await listener.end();
-  const relayed = relay ? `; the relay delivered ${delivered}` : '';
+  const relayed = relay ? `; the relay delivered ${delivered}` : worker ? `; the worker ran ${ran}` : '';
   console.log(`${what}s: ${Math.round(n / elapsed)}/s from ${callers} callers (${n} transactions), ${notifications} NOTIFYs received${relayed}`);
 } finally {
   await mailroom.close();

@@ -256,10 +256,12 @@ CREATE SEQUENCE :"schema".outbox_position_seq AS bigint START 1 INCREMENT 1;
 CREATE OR REPLACE FUNCTION :"schema".notify_new_jobs()
  RETURNS trigger
  LANGUAGE plpgsql
+ SET search_path TO :'schema'
 AS $function$
 BEGIN
   PERFORM pg_notify(TG_TABLE_SCHEMA || '_wakeup', q.queue)
-    FROM (SELECT DISTINCT queue FROM new_jobs WHERE state = 'available') AS q;
+    FROM (SELECT DISTINCT queue FROM new_jobs WHERE state = 'available') AS q
+   WHERE EXISTS (SELECT 1 FROM wake_listeners AS w WHERE w.channel = 'queue:' || q.queue);
   RETURN NULL;
 END;
 $function$;

@@ -9,16 +9,17 @@ import { describe, it } from 'node:test';
 import assert from 'node:assert/strict';
 import type { PGlite } from '@electric-sql/pglite';
 import pg from 'pg';
-import { defineEvent, type RelayTarget } from '../src/index.ts';
+import { defineEvent, defineJob, type Job, type RelayTarget } from '../src/index.ts';
 import { testDatabases, type TestDatabase, type TestMailroom } from './helpers/databases.ts';
 import { eventually } from './helpers/events.ts';
 
 const noted = defineEvent<{ n: number }>('wake.noted', { version: 1 });
+const chore = defineJob<{ n: number }>('wake.chore', { queue: 'chores' });
 
-/** Counts the NOTIFYs on the mailroom's outbox channel until `stop()`. */
-async function countNotifications(db: TestDatabase, schema: string): Promise<{ count(): number; stop(): Promise<void> }> {
+/** Counts the NOTIFYs on one of the mailroom's channels (`outbox` or `wakeup`) until `stop()`. */
+async function countNotifications(db: TestDatabase, schema: string, which: 'outbox' | 'wakeup' = 'outbox'): Promise<{ count(): number; stop(): Promise<void> }> {
   let count = 0;
-  const channel = `${schema}_outbox`;
+  const channel = `${schema}_${which}`;
   const handle = await db.handle();
   if (db.name === 'pglite') {
     const unlisten = await (handle as PGlite).listen(channel, () => void count++);
@@ -47,8 +48,8 @@ function sink(): RelayTarget & { ns: number[] } {
   };
 }
 
-async function listeners(t: TestMailroom): Promise<string[]> {
-  const rows = await t.sql<{ listener: string }>(`SELECT listener FROM "${t.schema}".wake_listeners WHERE channel = 'outbox'`);
+async function listeners(t: TestMailroom, channel = 'outbox'): Promise<string[]> {
+  const rows = await t.sql<{ listener: string }>(`SELECT listener FROM "${t.schema}".wake_listeners WHERE channel = $1`, [channel]);
   return rows.map((r) => r.listener);
 }
 
@@ -139,6 +140,84 @@ for (const db of testDatabases()) {
         } finally {
           await notes.stop();
           await relay.stop();
+        }
+      },
+    );
+    it('workers: no NOTIFY while no worker of the queue sleeps; a sleeping worker is recorded per queue, woken long before its poll, and leaves on stop', async () => {
+      const t = await db.open();
+      const notes = await countNotifications(db, t.schema, 'wakeup');
+      try {
+        for (let n = 1; n <= 5; n++) await t.mailroom.enqueue(chore, { n });
+        await new Promise((r) => setTimeout(r, 100));
+        assert.equal(notes.count(), 0, 'nobody sleeps: five enqueues sent no NOTIFY');
+        const ran: number[] = [];
+        const worker = t.mailroom.worker({ queues: ['chores'], pollInterval: '1h', handlers: { [chore.name]: (job: Job<{ n: number }>) => void ran.push(job.data.n) } });
+        await worker.start();
+        await eventually(() => ran.length === 5, 10_000, 'the first five ran');
+        await eventually(async () => (await listeners(t, 'queue:chores')).includes(worker.id), 10_000, 'the idle worker recorded for its queue');
+        await new Promise((r) => setTimeout(r, 300));
+        await t.mailroom.enqueue(chore, { n: 6 });
+        await eventually(() => ran.length === 6, 10_000, 'the sixth ran (the poll is an hour)');
+        assert.ok(notes.count() >= 1, 'the enqueue notified the sleeping worker');
+        await worker.stop();
+        assert.deepEqual(await listeners(t, 'queue:chores'), [], 'a stopped worker is not asked for');
+      } finally {
+        await notes.stop();
+      }
+    });
+
+    it(
+      'workers: a job enqueued before the worker said it sleeps, committed after, runs without the poll',
+      { skip: db.name === 'pglite' ? 'PGlite serves one connection: the worker cannot run beside an open transaction' : false },
+      async () => {
+        const t = await db.open();
+        const client = await ((await db.handle()) as pg.Pool).connect();
+        const ran: number[] = [];
+        const worker = t.mailroom.worker({ queues: ['chores'], pollInterval: '1h', handlers: { [chore.name]: (job: Job<{ n: number }>) => void ran.push(job.data.n) } });
+        try {
+          await client.query('BEGIN');
+          await t.mailroom.enqueue(chore, { n: 1 }, { tx: client });
+          await worker.start();
+          await eventually(async () => (await listeners(t, 'queue:chores')).includes(worker.id), 10_000, 'the idle worker recorded');
+          await new Promise((r) => setTimeout(r, 200));
+          await client.query('COMMIT');
+          await eventually(() => ran.length === 1, 10_000, 'the job of the straddling transaction ran');
+        } finally {
+          client.release();
+          await worker.stop();
+        }
+      },
+    );
+
+    it(
+      'workers: a worker notified fast stops asking, keeps claiming while jobs come, and asks again once they stop',
+      { skip: db.name === 'pglite' ? 'PGlite serves one connection: no concurrent enqueuers' : false },
+      async () => {
+        const t = await db.open({ poolSize: 12 });
+        let ran = 0;
+        const worker = t.mailroom.worker({ queues: ['chores'], concurrency: 20, pollInterval: '1h', handlers: { [chore.name]: () => void ran++ } });
+        await worker.start();
+        await eventually(async () => (await listeners(t, 'queue:chores')).includes(worker.id), 10_000, 'the idle worker recorded');
+        await new Promise((r) => setTimeout(r, 300));
+        const notes = await countNotifications(db, t.schema, 'wakeup');
+        try {
+          let n = 0;
+          const end = Date.now() + 1000;
+          await Promise.all(
+            Array.from({ length: 10 }, async () => {
+              while (Date.now() < end) await t.mailroom.enqueue(chore, { n: ++n });
+            }),
+          );
+          await eventually(() => ran === n, 10_000, `all ${n} ran`);
+          assert.ok(n >= 200, `enough transactions to measure (${n})`);
+          assert.ok(notes.count() < n / 4, `${notes.count()} notifications for ${n} transactions: the busy worker stopped asking for them`);
+          await eventually(async () => (await listeners(t, 'queue:chores')).includes(worker.id), 10_000, 'recorded again once quiet');
+          await new Promise((r) => setTimeout(r, 300));
+          await t.mailroom.enqueue(chore, { n: n + 1 });
+          await eventually(() => ran === n + 1, 10_000, 'the quiet enqueue ran (the poll is an hour)');
+        } finally {
+          await notes.stop();
+          await worker.stop();
         }
       },
     );

@@ -124,7 +124,7 @@ export class Relay extends SafeEmitter<RelayEvents> {
   ) {
     super();
     this.id = options.id;
-    this.gate = new WakeGate(driver, wakeQueries, 'outbox', this.id, options.pollMs, (error) => this.report(error));
+    this.gate = new WakeGate(driver, wakeQueries, ['outbox'], this.id, options.pollMs, (error) => this.report(error));
     this.states = options.targets.map((target) => ({
       target,
       token: null,

@@ -45,11 +45,11 @@ export function wakeGateQueries(quotedSchema: string): WakeGateQueries {
   const s = quotedSchema;
   const q = namedQueries(quotedSchema);
   return {
-    // $1 channel, $2 listener. Records (or refreshes) a sleeping listener; drops rows of listeners gone for long.
+    // $1 channels, $2 listener. Records (or refreshes) a sleeping listener; drops rows of listeners gone for long.
     register: q(
       'wake_register',
-      `WITH stale AS (DELETE FROM ${s}.wake_listeners WHERE channel = $1 AND seen_at < now() - interval '${STALE_MINUTES} minutes')
-       INSERT INTO ${s}.wake_listeners (channel, listener) VALUES ($1, $2)
+      `WITH stale AS (DELETE FROM ${s}.wake_listeners WHERE channel = ANY ($1::text[]) AND seen_at < now() - interval '${STALE_MINUTES} minutes')
+       INSERT INTO ${s}.wake_listeners (channel, listener) SELECT c, $2 FROM unnest($1::text[]) AS c ORDER BY c
        ON CONFLICT (channel, listener) DO UPDATE SET seen_at = now()`,
     ),
     // Taken after the registration committed: its running transactions are those that may have missed the row.
@@ -59,8 +59,8 @@ export function wakeGateQueries(quotedSchema: string): WakeGateQueries {
       'wake_settled',
       `SELECT NOT EXISTS (SELECT 1 FROM pg_snapshot_xip($1::pg_snapshot) AS x WHERE pg_xact_status(x) = 'in progress') AS settled`,
     ),
-    // $1 channel, $2 listener
-    unregister: q('wake_unregister', `DELETE FROM ${s}.wake_listeners WHERE channel = $1 AND listener = $2`),
+    // $1 channels, $2 listener
+    unregister: q('wake_unregister', `DELETE FROM ${s}.wake_listeners WHERE channel = ANY ($1::text[]) AND listener = $2`),
   };
 }
 
@@ -69,7 +69,7 @@ export function wakeGateQueries(quotedSchema: string): WakeGateQueries {
  * away while notifications come too fast to be worth their cost.
  *
  * @example
- * const gate = new WakeGate(driver, queries, 'outbox', relayId, 1000);
+ * const gate = new WakeGate(driver, queries, ['outbox'], relayId, 1000, console.error);
  * // found nothing to do:
  * await waker.sleep(await gate.idle());
  */
@@ -89,7 +89,8 @@ export class WakeGate {
   constructor(
     private readonly driver: Driver,
     private readonly queries: WakeGateQueries,
-    private readonly channel: string,
+    /** The rows' channels: `outbox` for a relay, `queue:<name>` per queue for a worker. */
+    private readonly channels: readonly string[],
     private readonly listener: string,
     private readonly pollMs: number,
     private readonly report: (error: unknown) => void,
@@ -106,7 +107,7 @@ export class WakeGate {
       this.lastWorkAt = now;
       this.registered = false;
       this.settling = null;
-      this.serialized(() => this.driver.run(this.queries.unregister, [this.channel, this.listener])).catch(this.report);
+      this.serialized(() => this.driver.run(this.queries.unregister, [this.channels, this.listener])).catch(this.report);
     }
   }
 
@@ -136,7 +137,7 @@ export class WakeGate {
     this.polling = false;
     try {
       if (!this.registered || now - this.registeredAt > REFRESH_MS) {
-        await this.serialized(() => this.driver.run(this.queries.register, [this.channel, this.listener]));
+        await this.serialized(() => this.driver.run(this.queries.register, [this.channels, this.listener]));
         if (this.closed) return this.pollMs;
         const { rows } = await this.driver.run<{ snapshot: string }>(this.queries.snapshot, []);
         this.registered = true;
@@ -162,7 +163,7 @@ export class WakeGate {
   /** Takes the row away for good (the listener stops). */
   async close(): Promise<void> {
     this.closed = true;
-    await this.serialized(() => this.driver.run(this.queries.unregister, [this.channel, this.listener]));
+    await this.serialized(() => this.driver.run(this.queries.unregister, [this.channels, this.listener]));
     this.registered = false;
   }
 

@@ -17,6 +17,7 @@ import { Chains, claimOf, EXTEND_AT, FOLLOWERS_PER_HEAD } from './chains.ts';
 import { JobRun } from './job-run.ts';
 import { SerialLane } from './serial-lane.ts';
 import { Waker } from './waker.ts';
+import { WakeGate, wakeGateQueries } from '../storage/wake-gate.ts';
 import { resolveWorkerOptions, type WorkerOptions } from './options.ts';
 
 export type { WorkerOptions } from './options.ts';
@@ -92,6 +93,8 @@ export class Worker extends SafeEmitter<WorkerEvents> {
   private heartbeatTimer: NodeJS.Timeout | undefined;
   private unlisten: (() => Promise<void>) | undefined;
   private readonly settledWaiters = new Set<() => void>();
+  /** Asks enqueuers for a NOTIFY while this worker sleeps, and not while jobs keep coming (see WakeGate). */
+  private readonly gate: WakeGate;
 
   constructor(
     private readonly driver: Driver,
@@ -114,6 +117,7 @@ export class Worker extends SafeEmitter<WorkerEvents> {
     this.rateLimit = resolved.rateLimit;
     this.globalConcurrency = resolved.globalConcurrency;
     this.controls = new QueueControls(driver, queries, controlQueries, this.queues);
+    this.gate = new WakeGate(driver, wakeGateQueries(quotedSchema), this.queues.map((q) => `queue:${q}`), this.id, this.pollMs, (error) => this.report(error));
     this.completer = new Completer(driver, queries, {
       report: (error) => this.report(error),
       givingUp: () => this.state === 'stopped',
@@ -147,7 +151,9 @@ export class Worker extends SafeEmitter<WorkerEvents> {
     if (this.rateLimit || this.globalConcurrency) await this.controls.configure(this.rateLimit, this.globalConcurrency);
     try {
       this.unlisten = await this.driver.listen(this.channel, (queue) => {
-        if (this.queues.includes(queue)) this.poke();
+        if (!this.queues.includes(queue)) return;
+        this.gate.notified();
+        this.poke();
       });
     } catch (error) {
       this.report(error); // NOTIFY is only a hint: polling still finds the jobs.
@@ -192,6 +198,7 @@ export class Worker extends SafeEmitter<WorkerEvents> {
     await this.completer.drain();
     await this.waitForRunning(Number.POSITIVE_INFINITY);
     this.shutdownTimers();
+    await this.gate.close().catch((error: unknown) => this.report(error));
     await this.unlisten?.().catch(() => {});
     this.state = 'stopped';
   }
@@ -264,11 +271,13 @@ export class Worker extends SafeEmitter<WorkerEvents> {
         await this.release(rows);
         break;
       }
+      if (rows.length > 0) this.gate.worked();
       const { run, orphans } = this.chains.split(rows);
       if (orphans.length > 0) void this.release(orphans);
       this.buffer.push(run);
       this.startBuffered();
-      if (this.starved) await this.sleep(this.pollMs);
+      // Starved: enqueuers notify only once this worker says it sleeps (a short look again first, see WakeGate).
+      if (this.starved) await this.sleep(await this.gate.idle());
       else await new Promise<void>((resolve) => setImmediate(resolve));
     }
   }
