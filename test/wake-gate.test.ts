@@ -53,6 +53,24 @@ async function listeners(t: TestMailroom, channel = 'outbox'): Promise<string[]>
   return rows.map((r) => r.listener);
 }
 
+/** 10 callers, one write each per transaction, for about a second; returns how many writes were made. */
+async function secondOfCallers(write: (n: number) => Promise<unknown>): Promise<number> {
+  let n = 0;
+  const end = Date.now() + 1000;
+  await Promise.all(
+    Array.from({ length: 10 }, async () => {
+      while (Date.now() < end) await write(++n);
+    }),
+  );
+  return n;
+}
+
+/** Waits until `id` has recorded itself on `channel`, and past its look-again after recording. */
+async function asleep(t: TestMailroom, id: string, channel = 'outbox'): Promise<void> {
+  await eventually(async () => (await listeners(t, channel)).includes(id), 10_000, `${id} recorded on ${channel}`);
+  await new Promise((r) => setTimeout(r, 300));
+}
+
 for (const db of testDatabases()) {
   describe(`wake gate on ${db.name}`, () => {
     it('no NOTIFY while no relay sleeps; a sleeping relay is recorded, notified and woken long before its poll, and leaves on stop', async () => {
@@ -67,8 +85,7 @@ for (const db of testDatabases()) {
         const relay = t.mailroom.relay({ internal: false, to: [target], pollInterval: '1m' });
         await relay.start();
         await eventually(() => target.ns.length === 5, 10_000, 'the first five delivered');
-        await eventually(async () => (await listeners(t)).includes(relay.id), 10_000, 'the idle relay recorded');
-        await new Promise((r) => setTimeout(r, 300)); // past the look-again after recording
+        await asleep(t, relay.id);
         const started = Date.now();
         await t.mailroom.publish(noted, { n: 6 });
         await eventually(() => target.ns.length === 6, 10_000, 'the sixth delivered');
@@ -93,8 +110,7 @@ for (const db of testDatabases()) {
           await client.query('BEGIN');
           await t.mailroom.publish(noted, { n: 1 }, { tx: client }); // the trigger saw no listener: no NOTIFY at commit
           await relay.start();
-          await eventually(async () => (await listeners(t)).includes(relay.id), 10_000, 'the idle relay recorded');
-          await new Promise((r) => setTimeout(r, 200));
+          await asleep(t, relay.id);
           await client.query('COMMIT');
           const committed = Date.now();
           await eventually(() => target.ns.length === 1, 10_000, 'the event of the straddling transaction delivered');
@@ -114,23 +130,15 @@ for (const db of testDatabases()) {
         const target = sink();
         const relay = t.mailroom.relay({ internal: false, to: [target], pollInterval: '1m' });
         await relay.start();
-        await eventually(async () => (await listeners(t)).includes(relay.id), 10_000, 'the idle relay recorded');
-        await new Promise((r) => setTimeout(r, 300));
+        await asleep(t, relay.id);
         const notes = await countNotifications(db, t.schema);
         try {
           // 10 publishers, one event per transaction, for about a second.
-          let n = 0;
-          const end = Date.now() + 1000;
-          await Promise.all(
-            Array.from({ length: 10 }, async () => {
-              while (Date.now() < end) await t.mailroom.publish(noted, { n: ++n });
-            }),
-          );
+          const n = await secondOfCallers((k) => t.mailroom.publish(noted, { n: k }));
           await eventually(() => target.ns.length === n, 10_000, `all ${n} delivered`);
           assert.ok(n >= 200, `enough transactions to measure (${n})`);
           assert.ok(notes.count() < n / 4, `${notes.count()} notifications for ${n} transactions: the busy relay stopped asking for them`);
-          await eventually(async () => (await listeners(t)).includes(relay.id), 10_000, 'recorded again once quiet');
-          await new Promise((r) => setTimeout(r, 300));
+          await asleep(t, relay.id);
           const before = notes.count();
           const started = Date.now();
           await t.mailroom.publish(noted, { n: n + 1 });
@@ -154,8 +162,7 @@ for (const db of testDatabases()) {
         const worker = t.mailroom.worker({ queues: ['chores'], pollInterval: '1h', handlers: { [chore.name]: (job: Job<{ n: number }>) => void ran.push(job.data.n) } });
         await worker.start();
         await eventually(() => ran.length === 5, 10_000, 'the first five ran');
-        await eventually(async () => (await listeners(t, 'queue:chores')).includes(worker.id), 10_000, 'the idle worker recorded for its queue');
-        await new Promise((r) => setTimeout(r, 300));
+        await asleep(t, worker.id, 'queue:chores');
         await t.mailroom.enqueue(chore, { n: 6 });
         await eventually(() => ran.length === 6, 10_000, 'the sixth ran (the poll is an hour)');
         assert.ok(notes.count() >= 1, 'the enqueue notified the sleeping worker');
@@ -178,8 +185,7 @@ for (const db of testDatabases()) {
           await client.query('BEGIN');
           await t.mailroom.enqueue(chore, { n: 1 }, { tx: client });
           await worker.start();
-          await eventually(async () => (await listeners(t, 'queue:chores')).includes(worker.id), 10_000, 'the idle worker recorded');
-          await new Promise((r) => setTimeout(r, 200));
+          await asleep(t, worker.id, 'queue:chores');
           await client.query('COMMIT');
           await eventually(() => ran.length === 1, 10_000, 'the job of the straddling transaction ran');
         } finally {
@@ -197,22 +203,14 @@ for (const db of testDatabases()) {
         let ran = 0;
         const worker = t.mailroom.worker({ queues: ['chores'], concurrency: 20, pollInterval: '1h', handlers: { [chore.name]: () => void ran++ } });
         await worker.start();
-        await eventually(async () => (await listeners(t, 'queue:chores')).includes(worker.id), 10_000, 'the idle worker recorded');
-        await new Promise((r) => setTimeout(r, 300));
+        await asleep(t, worker.id, 'queue:chores');
         const notes = await countNotifications(db, t.schema, 'wakeup');
         try {
-          let n = 0;
-          const end = Date.now() + 1000;
-          await Promise.all(
-            Array.from({ length: 10 }, async () => {
-              while (Date.now() < end) await t.mailroom.enqueue(chore, { n: ++n });
-            }),
-          );
+          const n = await secondOfCallers((k) => t.mailroom.enqueue(chore, { n: k }));
           await eventually(() => ran === n, 10_000, `all ${n} ran`);
           assert.ok(n >= 200, `enough transactions to measure (${n})`);
           assert.ok(notes.count() < n / 4, `${notes.count()} notifications for ${n} transactions: the busy worker stopped asking for them`);
-          await eventually(async () => (await listeners(t, 'queue:chores')).includes(worker.id), 10_000, 'recorded again once quiet');
-          await new Promise((r) => setTimeout(r, 300));
+          await asleep(t, worker.id, 'queue:chores');
           await t.mailroom.enqueue(chore, { n: n + 1 });
           await eventually(() => ran === n + 1, 10_000, 'the quiet enqueue ran (the poll is an hour)');
         } finally {
