@@ -9,6 +9,7 @@
 import { createMailroom, type RelayTarget } from '../../dist/index.js';
 import { createDatabase, dropDatabase } from '../db.ts';
 import { now } from '../stats.ts';
+import { cpuSplit, formatCpuSplit, sampleCpu } from '../cpu-split.ts';
 import { noted, PAD, setups, type Kind } from './setups.ts';
 
 const N = Number(process.env.N ?? 20000);
@@ -61,14 +62,16 @@ try {
   let delivered = 0;
   const done = new Promise<void>((resolve) => relay.on('delivered', (i) => (delivered += i.count) >= N && resolve()));
   const profiler = process.env.PROF ? await startProfile() : null;
-  if (process.env.MARK) process.stderr.write("relay starts\n");
+  const cpuBefore = sampleCpu();
   const started = now();
   await relay.start();
   await done;
   const seconds = (now() - started) / 1000;
+  const cpuAfter = sampleCpu();
   await profiler?.();
   await relay.stop();
   console.log(`${kind}: ${N} events in ${seconds.toFixed(2)} s = ${Math.round(N / seconds)} events/s (batch ${BATCH})`);
+  console.log(`  CPU during the run: ${formatCpuSplit(cpuSplit(cpuBefore, cpuAfter), seconds)}`);
 } finally {
   await mailroom.close();
   await dropDatabase(serverUrl, name);

@@ -11,7 +11,14 @@
 import { createInbox, type Msg, type MsgHdrs, type NatsConnection } from '@nats-io/transport-node';
 
 /** What the stream answered for one message. */
-export type PubAckOutcome = { ok: true; seq: number; duplicate: boolean } | { ok: false; error: Error };
+export type PubAckOutcome = { ok: true } | { ok: false; error: Error };
+
+const OK: PubAckOutcome = { ok: true };
+
+/** Found in every PubAck that carries an error, and in no other (a quote inside a name is escaped). */
+const ERROR_FIELD = Buffer.from('"error"');
+/** Found in every PubAck that stored (or deduplicated) the message. */
+const SEQ_FIELD = Buffer.from('"seq":');
 
 /** The stream refused a message: its PubAck carried an error (`errCode` is JetStream's, e.g. 10070). */
 export class PubAckError extends Error {
@@ -42,8 +49,6 @@ export class PubAckTimeoutError extends Error {
 }
 
 interface PubAckBody {
-  seq?: number;
-  duplicate?: boolean;
   error?: { code?: number; err_code?: number; description?: string };
 }
 
@@ -107,6 +112,13 @@ export class PubAckInbox {
       this.#settle(number, { ok: false, error });
       return;
     }
+    // That a PubAck has a sequence and no error is all the relay needs: such an answer is not
+    // decoded and parsed (3-4 % of the relay's CPU went there). Anything else is parsed.
+    const data = Buffer.from(msg.data.buffer, msg.data.byteOffset, msg.data.byteLength);
+    if (data.indexOf(SEQ_FIELD) !== -1 && data.indexOf(ERROR_FIELD) === -1) {
+      this.#settle(number, OK);
+      return;
+    }
     let ack: PubAckBody;
     try {
       ack = msg.json<PubAckBody>();
@@ -117,7 +129,7 @@ export class PubAckInbox {
     if (ack.error) {
       this.#settle(number, { ok: false, error: new PubAckError(ack.error.code ?? 0, ack.error.err_code ?? 0, ack.error.description ?? 'refused') });
     } else {
-      this.#settle(number, { ok: true, seq: ack.seq ?? 0, duplicate: ack.duplicate === true });
+      this.#settle(number, OK);
     }
   }
 }
