@@ -114,6 +114,41 @@ describe('redis target', { skip }, () => {
     assert.equal(target.name, `redis:${p.stream}`);
   });
 
+  test('each event carries exactly the headers it has, in order, whichever of them are missing', async () => {
+    const p = await pair();
+    const target = p.target();
+    const [base] = events(1);
+    const { correlationid: _c, causationid: _k, traceparent: _t, ...bare } = base!.envelope;
+    const variants: CloudEventEnvelope[] = [
+      { ...bare, id: newId() }, // key, partitionkey only
+      { ...bare, id: newId(), subject: undefined, partitionkey: undefined, causationid: 'cause-2' },
+      { ...bare, id: newId(), traceparent: TRACEPARENT, correlationid: 'corr-3' },
+      { ...bare, id: newId(), subject: 'order-4', partitionkey: 'shard-9' }, // a partition key apart from the subject
+    ];
+    const batch = variants.map((envelope) => ({ position: String(++serial), xid: '1', envelope: JSON.parse(JSON.stringify(envelope)) as CloudEventEnvelope }));
+    await target.publish(batch, relayContext);
+    const entries = (await p.admin.xrange(p.stream, '-', '+')).map(([, f]) => fieldsOf(f));
+    assert.deepEqual(
+      entries.map((f) => Object.keys(f)),
+      [
+        ['id', 'type', 'key', 'content-type', 'partitionkey', 'body'],
+        ['id', 'type', 'content-type', 'causationid', 'body'],
+        ['id', 'type', 'key', 'content-type', 'traceparent', 'correlationid', 'partitionkey', 'body'],
+        ['id', 'type', 'key', 'content-type', 'partitionkey', 'body'],
+      ],
+    );
+    assert.deepEqual(
+      entries.map((f) => [f.id, f.key, f.causationid, f.traceparent, f.correlationid, f.partitionkey]),
+      [
+        [batch[0]!.envelope.id, 'order-1', undefined, undefined, undefined, 'order-1'],
+        [batch[1]!.envelope.id, undefined, 'cause-2', undefined, undefined, undefined],
+        [batch[2]!.envelope.id, 'order-1', undefined, TRACEPARENT, 'corr-3', 'order-1'],
+        [batch[3]!.envelope.id, 'order-4', undefined, undefined, undefined, 'shard-9'],
+      ],
+    );
+    assert.deepEqual(entries.map((f) => JSON.parse(f.body!)), batch.map((e) => e.envelope));
+  });
+
   test('keeps outbox order within a batch, across the script calls of a large batch; a republished large batch adds nothing', async () => {
     const p = await pair();
     const batch = events(250); // three script calls: 100, 100, 50

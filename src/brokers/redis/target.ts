@@ -1,7 +1,7 @@
 /**
  * The relay target for Redis Streams: each event is added to the stream by a
  * Lua script guarded by a dedup key on the event id, up to 100 events per
- * script call; a batch is one pipeline,
+ * script call, each sent as its values only (the script names the fields); a batch is one pipeline,
  * so it reaches Redis in outbox order, and `publish` resolves when every reply
  * is in.
  */
@@ -9,9 +9,9 @@ import type { Redis } from 'ioredis';
 import { MailroomError } from '../../errors.ts';
 import type { RelayContext, RelayedEvent, RelayTarget } from '../../relay/target.ts';
 import type { SafetyWarning, TargetCheckContext } from '../safety.ts';
-import { wireTextOf } from '../wire.ts';
+import { CLOUDEVENTS_CONTENT_TYPE, wireTextOf } from '../wire.ts';
 import { storedRowOf } from '../../relay/stored-event.ts';
-import { ADD_SCRIPT, ADD_SCRIPT_SHA, dedupKey, EVENTS_PER_CALL } from './add-script.ts';
+import { ADD_SCRIPT, ADD_SCRIPT_SHA, dedupKey, eventArguments, EVENTS_PER_CALL } from './add-script.ts';
 import { dedupWindowWarning, serverWarnings, warningSubject } from './check.ts';
 import { RedisConnection, reason } from './connection.ts';
 import { redactUrl, resolveTargetOptions, type RedisTargetOptions, type ResolvedTargetOptions } from './options.ts';
@@ -80,17 +80,12 @@ class RedisStreamsTarget implements RelayTarget {
       runs.push(start);
       const keys: string[] = previous === null ? [stream] : [stream, previous];
       // Strings only: ioredis then writes the pipeline as one string instead of copying Buffers together.
-      const args: (string | number)[] = [previous === null ? '0' : '1', dedupWindowMs, maxLen ?? ''];
+      const args: (string | number)[] = [previous === null ? '0' : '1', dedupWindowMs, maxLen ?? '', CLOUDEVENTS_CONTENT_TYPE];
       for (const event of events.slice(start, start + EVENTS_PER_CALL)) {
         const message = wireTextOf(event);
         const key = dedupKey(stream, message.id);
         keys.push(key);
-        const fields: string[] = ['id', message.id, 'type', message.type];
-        if (message.key !== null) fields.push('key', message.key);
-        fields.push('content-type', message.contentType);
-        for (const [name, value] of Object.entries(message.headers)) fields.push(name, value);
-        fields.push('body', message.body);
-        args.push(fields.length, ...fields);
+        eventArguments(args, message);
         previous = key;
       }
       pipeline.call('EVALSHA', [ADD_SCRIPT_SHA, keys.length, ...keys, ...args]);
