@@ -7,6 +7,7 @@
  *   PROGRESS=1                             print the time at each tenth
  *   PROF=1 / HEAP=1                        CPU profile / sampled allocations of the drain only (/tmp/prof, /tmp/heap.json)
  *   COUNT=1                                statements sent, by name
+ *   CPU=1                                  CPU seconds of each process kind during the drain (run with node --import tsx)
  *   DB=postgres://...                      server (default the test database); a schema of its own, dropped after
  *
  * Env: N jobs (20000), C concurrency (20), P prefetch (300).
@@ -27,15 +28,19 @@ await m.migrate();
 for (let i = 0; i < N; i += 1000) await m.enqueueMany(job, Array.from({ length: Math.min(1000, N - i) }, (_, k) => ({ n: i + k })), process.env.KEYS ? { orderingKey: (d) => String(d.n % Number(process.env.KEYS)) } : {});
 let done = 0; let t0 = 0; let finish; const all = new Promise((r) => (finish = r));
 const w = m.worker({ queues: ['bench'], concurrency: C, prefetch: P, handlers: { [job.name]: async () => { if (!t0) t0 = performance.now(); } } });
+const cpu = process.env.CPU ? await import('./cpu-split.ts') : null;
+const cpuBefore = cpu?.sampleCpu();
 if (process.env.PROF) await session.post('Profiler.start');
 if (process.env.HEAP) await session.post('HeapProfiler.startSampling', { samplingInterval: 4096, includeObjectsCollectedByMajorGC: true, includeObjectsCollectedByMinorGC: true });
 w.on('completed', () => { ++done; if (process.env.PROGRESS && done % Math.floor(N/10) === 0) console.log(`${done} at ${(performance.now() - t0).toFixed(0)} ms`); if (done === N) finish(); });
 await w.start();
 await all;
 const ms = performance.now() - t0;
+const cpuAfter = cpu?.sampleCpu();
 if (process.env.PROF) { const { profile } = await session.post('Profiler.stop'); fs.rmSync('/tmp/prof', { recursive: true, force: true }); fs.mkdirSync('/tmp/prof'); fs.writeFileSync('/tmp/prof/p.cpuprofile', JSON.stringify(profile)); }
 if (process.env.HEAP) { const { profile } = await session.post('HeapProfiler.stopSampling'); fs.writeFileSync('/tmp/heap.json', JSON.stringify(profile)); }
 console.log(`drained ${N} in ${ms.toFixed(0)} ms: ${Math.round(N / ms * 1000)} jobs/s`);
+if (cpu) console.log(`  CPU during the drain: ${cpu.formatCpuSplit(cpu.cpuSplit(cpuBefore, cpuAfter), ms / 1000)}`);
 if (process.env.COUNT) for (const [k, v] of counts) if (v > 5) console.log(k, v, 'statements', rowsBy.get(k), 'rows');
 await w.stop();
 await m.close();
