@@ -131,6 +131,38 @@ for (const db of testDatabases()) {
       }
     });
 
+    it("a sleeping listener refreshes its row before others would take it for a crashed one's; rows of listeners gone for 10 minutes are dropped, on every channel", async () => {
+      const t = await db.open();
+      const driver = await connect(await db.handle(), 4);
+      const errors: unknown[] = [];
+      const table = `"${t.schema}".wake_listeners`;
+      const ageOf = async (listener: string) =>
+        (await t.sql<{ age: number }>(`SELECT extract(epoch FROM now() - seen_at)::float8 AS age FROM ${table} WHERE listener = $1`, [listener]))[0]?.age;
+      // A listener that crashed 11 minutes ago, one last seen 5 minutes ago, and one on another channel.
+      await t.sql(
+        `INSERT INTO ${table} (channel, listener, seen_at) VALUES ('queue:g', 'crashed', now() - interval '11 minutes'),
+           ('queue:g', 'quiet', now() - interval '5 minutes'), ('queue:other', 'elsewhere', now() - interval '11 minutes')`,
+      );
+      const gate = new WakeGate(driver, wakeGateQueries(quoteSchema(t.schema)), ['queue:g'], 'sleeper', 3_600_000, (e) => void errors.push(e), 300);
+      try {
+        assert.equal(await gate.idle(), FAST_POLL_MS);
+        assert.deepEqual((await listeners(t, 'queue:g')).sort(), ['quiet', 'sleeper'], 'the row 11 minutes old is dropped, the one 5 minutes old kept');
+        assert.deepEqual(await listeners(t, 'queue:other'), [], "a stale row on another channel goes too (its queue's only worker may be the one that crashed)");
+        await eventually(async () => (await gate.idle()) === 300, 5_000, "settled: an hour's poll is cut to the refresh interval");
+        // Made to look nine minutes old, as after nine minutes asleep; the next wake-up past the interval refreshes it.
+        await t.sql(`UPDATE ${table} SET seen_at = now() - interval '9 minutes' WHERE listener = 'sleeper'`);
+        assert.equal(await gate.idle(), 300, 'within the interval: no refresh yet');
+        assert.ok((await ageOf('sleeper'))! > 500, 'not refreshed within the interval');
+        await new Promise((r) => setTimeout(r, 350));
+        assert.equal(await gate.idle(), FAST_POLL_MS, 'past the interval: recorded again, look again soon');
+        assert.ok((await ageOf('sleeper'))! < 60, 'refreshed');
+        await gate.close();
+        assert.deepEqual(errors, []);
+      } finally {
+        await driver.close();
+      }
+    });
+
     it('no NOTIFY while no relay sleeps; a sleeping relay is recorded, notified and woken long before its poll, and leaves on stop', async () => {
       const t = await db.open();
       const notes = await countNotifications(db, t.schema);

@@ -14,7 +14,8 @@
  *   {@link FAST_POLL_MS} instead, until it has found nothing for
  *   {@link QUIET_MS}: then it records itself again.
  * Polling at `pollMs` stays the safety net; a row left by a crashed listener
- * only brings back a NOTIFY per publish, and is dropped after {@link STALE_MINUTES}.
+ * only brings back a NOTIFY per publish, and is dropped after {@link STALE_MINUTES}
+ * by the next listener that records itself, on any channel.
  */
 import type { Driver, NamedQuery } from './driver.ts';
 import { namedQueries } from './named.ts';
@@ -45,10 +46,11 @@ export function wakeGateQueries(quotedSchema: string): WakeGateQueries {
   const s = quotedSchema;
   const q = namedQueries(quotedSchema);
   return {
-    // $1 channels, $2 listener. Records (or refreshes) a sleeping listener; drops rows of listeners gone for long.
+    // $1 channels, $2 listener. Records (or refreshes) a sleeping listener; drops rows of listeners gone for
+    // long on every channel (a queue whose only worker crashed has nobody else to drop its row).
     register: q(
       'wake_register',
-      `WITH stale AS (DELETE FROM ${s}.wake_listeners WHERE channel = ANY ($1::text[]) AND seen_at < now() - interval '${STALE_MINUTES} minutes')
+      `WITH stale AS (DELETE FROM ${s}.wake_listeners WHERE seen_at < now() - interval '${STALE_MINUTES} minutes')
        INSERT INTO ${s}.wake_listeners (channel, listener) SELECT c, $2 FROM unnest($1::text[]) AS c ORDER BY c
        ON CONFLICT (channel, listener) DO UPDATE SET seen_at = now()`,
     ),
@@ -94,6 +96,8 @@ export class WakeGate {
     private readonly listener: string,
     private readonly pollMs: number,
     private readonly report: (error: unknown) => void,
+    /** How often a sleeping listener refreshes its row (tests shorten it). */
+    private readonly refreshMs: number = REFRESH_MS,
   ) {}
 
   /** A NOTIFY arrived. Past {@link BUSY_NOTIFIES} in {@link BUSY_WINDOW_MS}, the row goes and the listener polls. */
@@ -136,7 +140,7 @@ export class WakeGate {
     if (this.polling && now - this.lastWorkAt < QUIET_MS) return FAST_POLL_MS;
     this.polling = false;
     try {
-      if (!this.registered || now - this.registeredAt > REFRESH_MS) {
+      if (!this.registered || now - this.registeredAt > this.refreshMs) {
         await this.serialized(() => this.driver.run(this.queries.register, [this.channels, this.listener]));
         if (this.closed) return this.pollMs;
         const { rows } = await this.driver.run<{ snapshot: string }>(this.queries.snapshot, []);
@@ -157,7 +161,7 @@ export class WakeGate {
     } catch (error) {
       this.report(error);
     }
-    return Math.min(this.pollMs, REFRESH_MS);
+    return Math.min(this.pollMs, this.refreshMs);
   }
 
   /** Takes the row away for good (the listener stops). */
