@@ -1,13 +1,13 @@
 /**
- * The envelope PostgreSQL builds for the relay (src/events/envelope-sql.ts)
- * is the document `toEnvelope` builds from the same outbox row, and a stored
+ * The envelope text the relay builds from the columns PostgreSQL returns
+ * (src/events/envelope-sql.ts) is the document `toEnvelope` builds from the same outbox row, and a stored
  * event gives targets the same message as one made from its envelope.
  */
 import { describe, it } from 'node:test';
 import assert from 'node:assert/strict';
 import fc from 'fast-check';
 import { defineEvent, toEnvelope, toWireMessage } from '../src/index.ts';
-import { storedEventColumns } from '../src/events/envelope-sql.ts';
+import { storedEventColumns, storedEventRow, type StoredEventColumns } from '../src/events/envelope-sql.ts';
 import type { OutboxRow } from '../src/events/envelope.ts';
 import { wireMessageOf, wireTextOf } from '../src/brokers/wire.ts';
 import { StoredEvent, storedRowOf, type StoredEventRow } from '../src/relay/stored-event.ts';
@@ -33,7 +33,8 @@ const options = fc.record(
 
 /** Each event of the outbox, as the relay reads it and as `toEnvelope` reads it. */
 async function readBoth(t: TestMailroom): Promise<{ stored: StoredEventRow; row: OutboxRow }[]> {
-  const stored = await t.sql<StoredEventRow>(`SELECT ${storedEventColumns('o')} FROM "${t.schema}".outbox AS o ORDER BY o.position`);
+  const columns = await t.sql<StoredEventColumns>(`SELECT ${storedEventColumns('o')} FROM "${t.schema}".outbox AS o ORDER BY o.position`);
+  const stored = columns.map(storedEventRow);
   const rows = await t.sql<OutboxRow>(
     `SELECT position::text AS position, xid::text AS xid, id, type, version, source, subject, time, correlation_id, causation_id, traceparent, headers, data
        FROM "${t.schema}".outbox ORDER BY position`,
@@ -60,7 +61,7 @@ function assertSame(stored: StoredEventRow, row: OutboxRow): void {
 }
 
 for (const db of testDatabases()) {
-  describe(`the envelope built in SQL (${db.name})`, () => {
+  describe(`the envelope built from its columns (${db.name})`, () => {
     it('is the document toEnvelope builds, for any payload and options publish takes', async () => {
       const t = await db.open();
       await fc.assert(

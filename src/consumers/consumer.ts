@@ -11,7 +11,8 @@ import { isSnooze } from '../snooze.ts';
 import type { Driver, Transaction } from '../storage/driver.ts';
 import type { FanOutQueries } from '../relay/fanout-queries.ts';
 import { fanOut, INTERNAL_TARGET } from '../relay/internal-target.ts';
-import { StoredEvent, type StoredEventRow } from '../relay/stored-event.ts';
+import { StoredEvent } from '../relay/stored-event.ts';
+import { storedEventRow, type StoredEventColumns } from '../events/envelope-sql.ts';
 import type { Job, JobContext, JobHandler } from '../worker/types.ts';
 import type { Worker, WorkerEvents, WorkerOptions } from '../worker/worker.ts';
 import type { SafetyWarning } from '../brokers/safety.ts';
@@ -230,8 +231,8 @@ export class Consumer extends SafeEmitter<ConsumerEvents> {
   private async backfill(tx: Transaction, cursorXid: string, cursorPosition: string): Promise<void> {
     let after = '0';
     for (;;) {
-      const { rows } = await tx.query<StoredEventRow>(this.deps.queries.deliveredOfTypes.text, [this.resolved.types, cursorXid, cursorPosition, after, BACKFILL_BATCH]);
-      const events = rows.map((row) => new StoredEvent(row));
+      const { rows } = await tx.query<StoredEventColumns>(this.deps.queries.deliveredOfTypes.text, [this.resolved.types, cursorXid, cursorPosition, after, BACKFILL_BATCH]);
+      const events = rows.map((row) => new StoredEvent(storedEventRow(row)));
       await fanOut(tx, this.deps.fanOut, events, this.group);
       if (rows.length < BACKFILL_BATCH) return;
       after = rows.at(-1)!.position;

@@ -1,11 +1,15 @@
 /**
- * The CloudEvents envelope of an outbox row, built by PostgreSQL as JSON text:
- * the same document as `toEnvelope(row)` (test/envelope-sql.test.ts compares
- * them), read by the relay and the consumers' backfill so that the envelope is
- * not parsed into objects and serialised again in Node for every event. The
- * payload is the stored jsonb's own text.
+ * The CloudEvents envelope of an outbox row as JSON text, for the relay and
+ * the consumers' backfill: PostgreSQL returns the row's columns as text (the
+ * payload as the stored jsonb's own text, the extension attributes as JSON
+ * members), and `envelopeText` puts them together, so the envelope is never
+ * parsed into objects and serialised again. The same document as
+ * `toEnvelope(row)` (test/envelope-sql.test.ts compares them). Building the
+ * text in SQL instead cost PostgreSQL about 4.5 µs per event more than
+ * returning the columns; the concatenation costs Node about 1.3.
  */
 import { RESERVED_ATTRIBUTES } from './envelope.ts';
+import type { StoredEventRow } from '../relay/stored-event.ts';
 
 /** The reserved attribute names as an SQL array literal (constants, never user input). */
 const RESERVED_SQL = `ARRAY[${[...RESERVED_ATTRIBUTES].map((name) => `'${name}'`).join(', ')}]::text[]`;
@@ -13,29 +17,83 @@ const RESERVED_SQL = `ARRAY[${[...RESERVED_ATTRIBUTES].map((name) => `'${name}'`
 /** `time` as RFC 3339 in UTC with milliseconds, as `Date#toISOString()` writes it. */
 const timeSql = (o: string) => `to_char(${o}.time AT TIME ZONE 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS.MS"Z"')`;
 
-/**
- * The envelope's JSON text for the outbox row aliased `o`: optional attributes
- * left out when null, headers as extension attributes (reserved names
- * skipped), `data` last.
- */
-function envelopeSql(o: string): string {
-  return `concat('{"specversion":"1.0","id":', to_json(${o}.id::text), ',"source":', to_json(${o}.source), ',"type":', to_json(${o}.type),
-      ',"time":"', ${timeSql(o)}, '","datacontenttype":"application/json","dataschema":', to_json('urn:mailroom:' || ${o}.type || ':v' || ${o}.version),
-      ',"subject":' || to_json(${o}.subject) || ',"partitionkey":' || to_json(${o}.subject),
-      ',"correlationid":' || to_json(${o}.correlation_id), ',"causationid":' || to_json(${o}.causation_id), ',"traceparent":' || to_json(${o}.traceparent),
-      (SELECT string_agg(',' || to_json(h.key) || ':' || to_json(h.value), '') FROM jsonb_each_text(${o}.headers) AS h WHERE h.key <> ALL (${RESERVED_SQL})),
-      ',"data":', ${o}.data::text, '}')`;
+/** The headers as extension attributes, `,"name":"value"` each (reserved names skipped); null when there are none. */
+const extensionsSql = (o: string) =>
+  `(SELECT string_agg(',' || to_json(h.key) || ':' || to_json(h.value), '') FROM jsonb_each_text(${o}.headers) AS h WHERE h.key <> ALL (${RESERVED_SQL}))`;
+
+/** The columns of {@link storedEventColumns}. */
+export interface StoredEventColumns {
+  position: string;
+  xid: string;
+  id: string;
+  type: string;
+  subject: string | null;
+  correlation_id: string | null;
+  causation_id: string | null;
+  traceparent: string | null;
+  /** RFC 3339, UTC, milliseconds. */
+  time: string;
+  version: number;
+  source: string;
+  /** The extension attributes as JSON members, each after a comma; null when there are none. */
+  extensions: string | null;
+  /** The payload's JSON text. */
+  data: string;
 }
 
 /**
- * The select list of a stored event (`StoredEventRow`) for the outbox row
- * aliased `o`: what a target needs without parsing the envelope, and the
- * envelope's text.
+ * The select list of a stored event for the outbox row aliased `o`: what a
+ * target needs without parsing the envelope, and the parts of its text
+ * (see {@link storedEventRow}).
  *
  * @example
  * `SELECT ${storedEventColumns('o')} FROM outbox AS o`
  */
 export function storedEventColumns(o: string): string {
   return `${o}.position::text AS position, ${o}.xid::text AS xid, ${o}.id::text AS id, ${o}.type, ${o}.subject,
-          ${o}.correlation_id, ${o}.causation_id, ${o}.traceparent, ${timeSql(o)} AS time, ${envelopeSql(o)} AS body`;
+          ${o}.correlation_id, ${o}.causation_id, ${o}.traceparent, ${timeSql(o)} AS time, ${o}.version, ${o}.source,
+          ${extensionsSql(o)} AS extensions, ${o}.data::text AS data`;
+}
+
+/**
+ * The envelope's JSON text from its columns: optional attributes left out
+ * when null, extension attributes after them, `data` last.
+ *
+ * @example
+ * envelopeText(columns) // '{"specversion":"1.0","id":"0190…","source":"mailroom://shop",…,"data":{"n":1}}'
+ */
+export function envelopeText(c: StoredEventColumns): string {
+  let text =
+    '{"specversion":"1.0","id":' + JSON.stringify(c.id) + ',"source":' + JSON.stringify(c.source) + ',"type":' + JSON.stringify(c.type) +
+    ',"time":"' + c.time + '","datacontenttype":"application/json","dataschema":' + JSON.stringify(`urn:mailroom:${c.type}:v${c.version}`);
+  if (c.subject !== null) {
+    const subject = JSON.stringify(c.subject);
+    text += ',"subject":' + subject + ',"partitionkey":' + subject;
+  }
+  if (c.correlation_id !== null) text += ',"correlationid":' + JSON.stringify(c.correlation_id);
+  if (c.causation_id !== null) text += ',"causationid":' + JSON.stringify(c.causation_id);
+  if (c.traceparent !== null) text += ',"traceparent":' + JSON.stringify(c.traceparent);
+  if (c.extensions !== null) text += c.extensions;
+  return text + ',"data":' + c.data + '}';
+}
+
+/**
+ * A stored event's row from its columns: the attributes, and the envelope's text.
+ *
+ * @example
+ * const events = rows.map((columns) => new StoredEvent(storedEventRow(columns)));
+ */
+export function storedEventRow(c: StoredEventColumns): StoredEventRow {
+  return {
+    position: c.position,
+    xid: c.xid,
+    id: c.id,
+    type: c.type,
+    subject: c.subject,
+    correlation_id: c.correlation_id,
+    causation_id: c.causation_id,
+    traceparent: c.traceparent,
+    time: c.time,
+    body: envelopeText(c),
+  };
 }

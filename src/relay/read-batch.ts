@@ -1,6 +1,7 @@
 import type { Transaction } from '../storage/driver.ts';
 import type { RelayQueries } from './relay-queries.ts';
 import type { StoredEventRow } from './stored-event.ts';
+import { storedEventRow, type StoredEventColumns } from '../events/envelope-sql.ts';
 
 /** Runs mailroom's named statements: the driver, or a transaction of it. */
 export type Runner = Pick<Transaction, 'run'>;
@@ -12,7 +13,7 @@ export interface OutboxPoint {
 }
 
 /** A row as the relay reads it, with its key's previous row when the publish recorded it. */
-interface CandidateRow extends StoredEventRow {
+interface CandidateRow extends StoredEventColumns {
   prev_position: string | null;
   prev_xid: string | null;
 }
@@ -21,7 +22,7 @@ interface CandidateRow extends StoredEventRow {
 type CandidatesRow = { fence: string } & (CandidateRow | { [column in keyof CandidateRow]: null });
 
 interface Candidate extends OutboxPoint {
-  row: StoredEventRow;
+  row: StoredEventColumns;
   /** The same key's previous row (a point at or before the cursor when delivered or none); null when not recorded. */
   prev: OutboxPoint | null;
 }
@@ -56,7 +57,7 @@ export function comparePoints(a: OutboxPoint, b: OutboxPoint): number {
 
 const point = (row: { xid: string; position: string }): OutboxPoint => ({ xid: BigInt(row.xid), position: BigInt(row.position) });
 
-/** The row itself is kept as read (its two extra columns are harmless to the envelope). */
+/** The row itself is kept as read; the envelope's text is built only for the rows a batch keeps. */
 function candidate(row: CandidateRow): Candidate {
   const prev = row.prev_position === null || row.prev_xid === null ? null : { xid: BigInt(row.prev_xid), position: BigInt(row.prev_position) };
   return { xid: BigInt(row.xid), position: BigInt(row.position), row, prev };
@@ -139,7 +140,7 @@ export async function planBatch(db: Runner, queries: RelayQueries, cursor: Outbo
   const next = end ? { xid: end.xid, position: end.position } : null;
   return {
     fence,
-    rows: batch.sort((a, b) => (a.position < b.position ? -1 : a.position > b.position ? 1 : 0)).map((c) => c.row),
+    rows: batch.sort((a, b) => (a.position < b.position ? -1 : a.position > b.position ? 1 : 0)).map((c) => storedEventRow(c.row)),
     cursor: next,
     blocked,
     blockedBy,

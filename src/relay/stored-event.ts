@@ -1,14 +1,13 @@
 /**
  * An outbox event as the relay reads it: the attributes a broker target
- * needs, and the envelope as the JSON text PostgreSQL built
- * (`storedEventColumns`). The envelope object is parsed only when something
+ * needs, and the envelope as JSON text (`storedEventRow`). The envelope object is parsed only when something
  * asks for it (a custom target, a `routingKey` function), so the built-in
  * targets send the text as it came.
  */
 import type { CloudEventEnvelope } from '../events/envelope.ts';
 import type { RelayedEvent } from './target.ts';
 
-/** The columns of `storedEventColumns`. */
+/** A stored event's attributes and envelope text (`storedEventRow` of the columns of `storedEventColumns`). */
 export interface StoredEventRow {
   position: string;
   xid: string;
