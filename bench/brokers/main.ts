@@ -4,6 +4,8 @@
  *
  * Per broker, in this order:
  * 1. ceiling: a bare client publishing N messages with confirms, batches of 100, no database;
+ *    measured before and after the relay, and the higher of the two counts (on a shared machine a
+ *    slow minute during one measurement would otherwise flatter the relay's share);
  * 2. relay: N events already in the outbox (one fresh database), one relay with only that
  *    broker's target (batchSize 1000): events/s from start to the last confirmed batch, and from
  *    the first confirmed batch to the last (the relay's connections, script load and checks left
@@ -56,7 +58,10 @@ interface LagResult {
 
 interface BrokerResult {
   kind: Kind;
+  /** The higher of the two ceiling runs. */
   ceilingPerSecond: number;
+  /** The ceiling measured before and after the relay. */
+  ceilingRunsPerSecond: [number, number];
   relayPerSecond: number;
   relayOfCeiling: number;
   /** From the first confirmed batch on (see {@link RelayThroughput}). */
@@ -267,10 +272,15 @@ async function measure(config: Config): Promise<void> {
   for (const kind of config.only) {
     const setup = all[kind];
     process.stderr.write(`${kind}:\n`);
-    const c = await setup.ceiling(config.messages);
-    process.stderr.write(`  ceiling ${Math.round(c.perSecond)} msg/s\n`);
+    const before = await setup.ceiling(config.messages);
+    process.stderr.write(`  ceiling ${Math.round(before.perSecond)} msg/s\n`);
     const relayName = `${run}_${kind}_relay`;
     const measured = await relayThroughput(setup, config.serverUrl, relayName, config.messages).finally(() => setup.cleanup(relayName).catch(() => {}));
+    const after = await setup.ceiling(config.messages);
+    // The higher of the two, on either side of the relay: a slow minute of the machine during one
+    // ceiling would otherwise flatter the relay's share.
+    const c = after.perSecond > before.perSecond ? after : before;
+    process.stderr.write(`  ceiling again ${Math.round(after.perSecond)} msg/s; the higher one counts\n`);
     const relay = measured.fromStart;
     const steady = measured.afterFirstBatch;
     process.stderr.write(`  relay   ${Math.round(relay)} events/s (${((relay / c.perSecond) * 100).toFixed(0)} % of the ceiling); after its first batch ${Math.round(steady)} (${((steady / c.perSecond) * 100).toFixed(0)} %)\n`);
@@ -293,6 +303,7 @@ async function measure(config: Config): Promise<void> {
     const result: BrokerResult = {
       kind,
       ceilingPerSecond: Math.round(c.perSecond),
+      ceilingRunsPerSecond: [Math.round(before.perSecond), Math.round(after.perSecond)],
       relayPerSecond: Math.round(relay),
       relayOfCeiling: Math.round((relay / c.perSecond) * 1000) / 1000,
       relayAfterFirstBatchPerSecond: Math.round(steady),
