@@ -21,18 +21,8 @@ const timeSql = (o: string) => `to_char(${o}.time AT TIME ZONE 'UTC', 'YYYY-MM-D
 const extensionsSql = (o: string) =>
   `(SELECT string_agg(',' || to_json(h.key) || ':' || to_json(h.value), '') FROM jsonb_each_text(${o}.headers) AS h WHERE h.key <> ALL (${RESERVED_SQL}))`;
 
-/** The columns of {@link storedEventColumns}. */
-export interface StoredEventColumns {
-  position: string;
-  xid: string;
-  id: string;
-  type: string;
-  subject: string | null;
-  correlation_id: string | null;
-  causation_id: string | null;
-  traceparent: string | null;
-  /** RFC 3339, UTC, milliseconds. */
-  time: string;
+/** The columns of {@link storedEventColumns}: a stored event's attributes, and the parts of its envelope's text. */
+export interface StoredEventColumns extends Omit<StoredEventRow, 'body'> {
   version: number;
   source: string;
   /** The extension attributes as JSON members, each after a comma; null when there are none. */
