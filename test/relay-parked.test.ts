@@ -253,6 +253,34 @@ for (const db of testDatabases()) {
       assert.equal(refusedAgain, 0);
     });
 
+    it('a relay that cannot read the parked list when it takes the lease reports why and still delivers; the parked record stays', async () => {
+      const t = await db.open();
+      const { mailroom } = t;
+      await publishRange(mailroom, 1, 3);
+      const relay = mailroom.relay({ internal: false, to: [refusing(modes[0], new Set([2]))], batchSize: 10 });
+      await flushUntil(relay, 2, 'picky', 15_000, mailroom);
+      await relay.stop();
+      // The cursor goes back (as after a crash), and the parked list cannot be read: its table is gone for a while.
+      await t.sql(`UPDATE "${t.schema}".relay_cursors SET cursor_xid = '0', cursor_position = 0 WHERE target = 'picky'`);
+      await t.sql(`ALTER TABLE "${t.schema}".relay_parked RENAME TO relay_parked_away`);
+      const accepting = refusing(modes[0], new Set());
+      const second = mailroom.relay({ internal: false, to: [accepting], batchSize: 10 });
+      const errors: Error[] = [];
+      second.on('error', (error: Error) => errors.push(error));
+      try {
+        await flushUntil(second, 3, accepting.name, 15_000, mailroom);
+      } finally {
+        await second.stop();
+        await t.sql(`ALTER TABLE "${t.schema}".relay_parked_away RENAME TO relay_parked`);
+      }
+      assert.ok(
+        errors.some((e) => /relay_parked/.test(e.message)),
+        `the failed read is reported: ${errors.map((e) => e.message).join('; ')}`,
+      );
+      assert.deepEqual(accepting.got, [1, 2, 3], 'every event delivered: without the list, the parked one is offered again (and this target takes it)');
+      assert.deepEqual((await parkedRows(t)).map((r) => r.n), [2], 'the parked record is kept');
+    });
+
     it("onRefused: 'hold' retries the refused event and delivers nothing after it to that target until the cause is fixed; nothing is parked", async () => {
       const t = await db.open();
       const { mailroom } = t;
