@@ -266,7 +266,7 @@ for (const db of testDatabases()) {
       const accepting = refusing(modes[0], new Set());
       const second = mailroom.relay({ internal: false, to: [accepting], batchSize: 10 });
       const errors: Error[] = [];
-      second.on('error', (error: Error) => errors.push(error));
+      second.on('error', (error) => void errors.push(error instanceof Error ? error : new Error(String(error))));
       try {
         await flushUntil(second, 3, accepting.name, 15_000, mailroom);
       } finally {
