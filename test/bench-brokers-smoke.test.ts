@@ -1,0 +1,57 @@
+/**
+ * A tiny run of `npm run bench:brokers` against the real brokers, so the
+ * harness cannot rot between real runs. It measures nothing worth reading: it
+ * checks that each broker's ceiling (twice), relay and lag run, deliver every
+ * event and report. Needs PostgreSQL (a database per measurement) and the three brokers.
+ */
+import assert from 'node:assert/strict';
+import { spawn } from 'node:child_process';
+import { mkdtemp, readFile, rm } from 'node:fs/promises';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { test } from 'node:test';
+import { fileURLToPath } from 'node:url';
+
+const databaseUrl = process.env.TEST_DATABASE_URL;
+const brokers = { RABBITMQ_URL: process.env.RABBITMQ_URL, NATS_URL: process.env.NATS_URL, REDIS_URL: process.env.REDIS_URL };
+const missing = Object.entries({ TEST_DATABASE_URL: databaseUrl, ...brokers }).filter(([, v]) => !v).map(([k]) => k);
+const MAIN = fileURLToPath(new URL('../bench/brokers/main.ts', import.meta.url));
+const ROOT = fileURLToPath(new URL('..', import.meta.url));
+const TSX = import.meta.resolve('tsx');
+
+interface BrokerJson {
+  kind: string;
+  ceilingPerSecond: number;
+  ceilingRunsPerSecond: [number, number];
+  relayPerSecond: number;
+  lag: { ratePerSecond: number; events: number; p50Ms: number; p99Ms: number }[];
+}
+
+test('bench:brokers runs end to end at a tiny size, for each broker', { skip: missing.length > 0 && `set ${missing.join(', ')}`, timeout: 120_000 }, async () => {
+  const dir = await mkdtemp(join(tmpdir(), 'mailroom-bench-brokers-'));
+  try {
+    const json = join(dir, 'out.json');
+    const args = ['--import', TSX, MAIN, '--messages', '300', '--lag-rates', '100', '--lag-seconds', '1', '--lag-warmup', '0', '--json', json];
+    const child = spawn(process.execPath, args, { cwd: ROOT, stdio: ['ignore', 'pipe', 'pipe'], env: { ...process.env, BENCH_DATABASE_URL: databaseUrl } });
+    let stderr = '';
+    child.stdout.resume();
+    child.stderr.on('data', (chunk: Buffer) => (stderr += chunk.toString()));
+    const started = Date.now();
+    const code = await new Promise<number | null>((resolve) => child.once('exit', (c) => resolve(c)));
+    assert.equal(code, 0, `bench:brokers exited with ${code}\n${stderr}`);
+    assert.ok(Date.now() - started < 60_000, 'it ends when its work does (a minute-long timer once kept it up)');
+    const { results } = JSON.parse(await readFile(json, 'utf8')) as { results: BrokerJson[] };
+    assert.deepEqual(results.map((r) => r.kind), ['rabbitmq', 'nats', 'redis']);
+    for (const r of results) {
+      assert.equal(r.ceilingRunsPerSecond.length, 2, `${r.kind}: the ceiling before and after the relay`);
+      assert.ok(r.ceilingRunsPerSecond.every((c) => c > 0), `${r.kind}: ceilings ${r.ceilingRunsPerSecond.join(', ')}`);
+      assert.equal(r.ceilingPerSecond, Math.max(...r.ceilingRunsPerSecond), `${r.kind}: the higher ceiling counts`);
+      assert.ok(r.relayPerSecond > 0, `${r.kind}: relay ${r.relayPerSecond}`);
+      assert.equal(r.lag.length, 1);
+      assert.equal(r.lag[0]!.events, 100, `${r.kind}: every event published at 100/s for 1 s reached the consumer`);
+      assert.ok(r.lag[0]!.p50Ms > 0 && r.lag[0]!.p99Ms >= r.lag[0]!.p50Ms, `${r.kind}: lag p50 ${r.lag[0]!.p50Ms}, p99 ${r.lag[0]!.p99Ms}`);
+    }
+  } finally {
+    await rm(dir, { recursive: true, force: true });
+  }
+});
