@@ -23,6 +23,8 @@ const setup = setups({ rabbitmq: 'amqp://guest:guest@127.0.0.1:5672', nats: 'nat
 const url = await createDatabase(serverUrl, name);
 const mailroom = await createMailroom({ database: url, poolSize: 12 });
 await mailroom.migrate();
+// Publishers with a pool of their own, as in bench:brokers: sharing the relay's and the consumer's pool starved them at high rates.
+const producers = await createMailroom({ database: url, poolSize: 12 });
 const total = Math.round(rate * seconds);
 let handled = 0;
 let resolveAll: () => void = () => {};
@@ -55,14 +57,17 @@ for (let sent = 0; sent < total; ) {
   while (sent + perTx <= due || (sent < due && due === total)) {
     const items = Array.from({ length: Math.min(perTx, total - sent) }, (_, i) => ({ n: sent + i, pad: PAD }));
     sent += items.length;
-    const p = mailroom.publishMany(noted, items, keys > 0 ? { key: (d) => `order-${d.n % keys}` } : {});
+    const p = producers.publishMany(noted, items, keys > 0 ? { key: (d) => `order-${d.n % keys}` } : {});
     inFlight.add(p);
     void p.finally(() => inFlight.delete(p));
   }
   await new Promise((r) => setTimeout(r, 10));
 }
 await Promise.all(inFlight);
-await Promise.race([all, new Promise((r) => setTimeout(r, 60_000))]);
+await producers.close();
+let timer: NodeJS.Timeout | undefined;
+await Promise.race([all, new Promise<void>((r) => (timer = setTimeout(r, 60_000)))]);
+clearTimeout(timer);
 await consumer.stop();
 await relay.stop();
 const c = new pg.Client(url);
