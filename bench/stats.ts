@@ -9,6 +9,16 @@ export function sleep(ms: number): Promise<void> {
   return new Promise((resolve) => setTimeout(resolve, ms));
 }
 
+/** Waits for `promise` or `ms`, whichever comes first, and clears the timer (a pending one keeps the process up). */
+export async function atMost(promise: Promise<unknown>, ms: number): Promise<void> {
+  let timer: NodeJS.Timeout | undefined;
+  try {
+    await Promise.race([promise, new Promise<void>((resolve) => (timer = setTimeout(resolve, ms)))]);
+  } finally {
+    clearTimeout(timer);
+  }
+}
+
 /** The p-th percentile (0..100) of the values, nearest-rank. */
 export function percentile(values: readonly number[], p: number): number {
   if (values.length === 0) return Number.NaN;

@@ -6,7 +6,7 @@
 import assert from 'node:assert/strict';
 import { describe, test } from 'node:test';
 import { AckPolicy, DeliverPolicy, jetstream, StorageType, type JetStreamManager } from '@nats-io/jetstream';
-import { nanos, millis } from '@nats-io/transport-node';
+import { connect, headers, nanos, millis } from '@nats-io/transport-node';
 import { ceiling } from '../bench/brokers/nats-ceiling.ts';
 import { nats, natsSource } from '../src/brokers/nats/index.ts';
 import type { SafetyWarning } from '../src/brokers/safety.ts';
@@ -17,6 +17,7 @@ import { RefusedEventError } from '../src/relay/refused.ts';
 import { toEnvelope } from '../src/events/envelope.ts';
 import { newId } from '../src/ids.ts';
 import type { RelayContext, RelayedEvent } from '../src/relay/target.ts';
+import { PubAckError, PubAckInbox } from '../src/brokers/nats/pub-acks.ts';
 import { fixture, freePort, natsPair, PrivateNatsServer, withJsm } from './helpers/brokers/nats.ts';
 
 const url = process.env.NATS_URL ?? null;
@@ -202,6 +203,46 @@ describe('nats options', () => {
       assert.match(e.message, /consumer group's name/);
       return true;
     });
+  });
+});
+
+describe('nats PubAck inbox', { skip }, () => {
+  test('an answer is a stored message only with a sequence and no error: an error is refused with its code, and anything else fails', async () => {
+    const nc = await connect({ servers: NATS });
+    try {
+      // A plain subscriber answers in place of a stream, with whatever each test message asks for.
+      const subject = `pubacks.${unique()}`;
+      const answers: Record<string, string> = {
+        stored: '{"stream":"S","seq":7}',
+        duplicate: '{"stream":"S","seq":7,"duplicate":true}',
+        refused: '{"error":{"code":400,"err_code":10070,"description":"wrong last msg ID"},"stream":"S","seq":0}',
+        noSeq: '{"stream":"S"}',
+        notJson: 'seq": nothing',
+        lookalike: 'a "seq": 1, but no PubAck',
+        empty: '',
+      };
+      nc.subscribe(`${subject}.*`, {
+        callback: (_, msg) => {
+          msg.respond(answers[msg.subject.slice(subject.length + 1)]!);
+        },
+      });
+      await nc.flush();
+      const acks = new PubAckInbox(nc);
+      const outcomes = await Promise.all(Object.keys(answers).map((name) => acks.publish(`${subject}.${name}`, new Uint8Array([1]), headers()).outcome));
+      const byName = Object.fromEntries(Object.keys(answers).map((name, i) => [name, outcomes[i]!]));
+      assert.deepEqual(byName.stored, { ok: true });
+      assert.deepEqual(byName.duplicate, { ok: true }, 'a duplicate is stored already');
+      const refused = byName.refused!;
+      assert.ok(!refused.ok && refused.error instanceof PubAckError && refused.error.errCode === 10070 && /wrong last msg ID/.test(refused.error.message));
+      for (const name of ['noSeq', 'notJson', 'lookalike', 'empty']) {
+        const outcome = byName[name]!;
+        assert.ok(!outcome.ok, `${name}: not a stored message`);
+      }
+      const noSeq = byName.noSeq!;
+      assert.ok(!noSeq.ok && /no PubAck/.test(noSeq.error.message), `an answer without a sequence names what it is: ${noSeq.ok ? '' : noSeq.error.message}`);
+    } finally {
+      await nc.close();
+    }
   });
 });
 

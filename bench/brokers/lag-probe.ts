@@ -9,6 +9,7 @@
 import pg from 'pg';
 import { createMailroom } from '../../dist/index.js';
 import { createDatabase, dropDatabase } from '../db.ts';
+import { atMost } from '../stats.ts';
 import { noted, PAD, setups, type Kind } from './setups.ts';
 
 const serverUrl = 'postgres://postgres@127.0.0.1:5432/postgres';
@@ -65,9 +66,7 @@ for (let sent = 0; sent < total; ) {
 }
 await Promise.all(inFlight);
 await producers.close();
-let timer: NodeJS.Timeout | undefined;
-await Promise.race([all, new Promise<void>((r) => (timer = setTimeout(r, 60_000)))]);
-clearTimeout(timer);
+await atMost(all, 60_000);
 await consumer.stop();
 await relay.stop();
 const c = new pg.Client(url);

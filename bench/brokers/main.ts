@@ -27,7 +27,7 @@
 import { writeFile } from 'node:fs/promises';
 import { createMailroom, type Mailroom } from '../../dist/index.js';
 import { createDatabase, dropDatabase, enableAutovacuum } from '../db.ts';
-import { now, percentile, sleep } from '../stats.ts';
+import { atMost, now, percentile, sleep } from '../stats.ts';
 import { noted, PAD, setups, type BrokerSetup, type Kind } from './setups.ts';
 
 interface Config {
@@ -245,10 +245,7 @@ async function endToEndLag(setup: BrokerSetup, serverUrl: string, name: string, 
     }
     await Promise.all(inFlight);
     await producers.close();
-    // At most a minute for the last events to arrive; the timer goes once they are all in (it kept the process up a minute past its work).
-    let timer: NodeJS.Timeout | undefined;
-    await Promise.race([all, new Promise<void>((resolve) => (timer = setTimeout(resolve, 60_000)))]);
-    clearTimeout(timer);
+    await atMost(all, 60_000); // a minute at most for the last events to arrive
     clearInterval(monitor);
     await consumer.stop();
     await relay.stop();

@@ -26,7 +26,7 @@ export interface WireMessage {
 }
 
 /** The attributes that also travel as transport headers, in this order. */
-const TRANSPORT_HEADERS = ['traceparent', 'correlationid', 'causationid', 'partitionkey'] as const;
+export const TRANSPORT_HEADERS = ['traceparent', 'correlationid', 'causationid', 'partitionkey'] as const;
 
 /** A message whose body is still the envelope's text (for a client that writes strings, as ioredis does best). */
 export type WireText = Omit<WireMessage, 'body'> & { readonly body: string };

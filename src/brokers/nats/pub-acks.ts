@@ -15,6 +15,8 @@ export type PubAckOutcome = { ok: true } | { ok: false; error: Error };
 
 const OK: PubAckOutcome = { ok: true };
 
+/** How a PubAck without an error starts (the server writes its fields in this order; an error comes first). */
+const PUBACK_START = Buffer.from('{"stream":');
 /** Found in every PubAck that carries an error, and in no other (a quote inside a name is escaped). */
 const ERROR_FIELD = Buffer.from('"error"');
 /** Found in every PubAck that stored (or deduplicated) the message. */
@@ -49,6 +51,7 @@ export class PubAckTimeoutError extends Error {
 }
 
 interface PubAckBody {
+  seq?: unknown;
   error?: { code?: number; err_code?: number; description?: string };
 }
 
@@ -112,10 +115,10 @@ export class PubAckInbox {
       this.#settle(number, { ok: false, error });
       return;
     }
-    // That a PubAck has a sequence and no error is all the relay needs: such an answer is not
-    // decoded and parsed (3-4 % of the relay's CPU went there). Anything else is parsed.
+    // A PubAck of a stored message, with its sequence and no error, is all the relay needs: such an
+    // answer is not decoded and parsed (3-4 % of the relay's CPU went there). Anything else is parsed.
     const data = Buffer.from(msg.data.buffer, msg.data.byteOffset, msg.data.byteLength);
-    if (data.indexOf(SEQ_FIELD) !== -1 && data.indexOf(ERROR_FIELD) === -1) {
+    if (data.subarray(0, PUBACK_START.length).equals(PUBACK_START) && data.indexOf(SEQ_FIELD) !== -1 && data.indexOf(ERROR_FIELD) === -1) {
       this.#settle(number, OK);
       return;
     }
@@ -128,6 +131,9 @@ export class PubAckInbox {
     }
     if (ack.error) {
       this.#settle(number, { ok: false, error: new PubAckError(ack.error.code ?? 0, ack.error.err_code ?? 0, ack.error.description ?? 'refused') });
+    } else if (typeof ack.seq !== 'number') {
+      // Not the stream's answer (something else answered on the subject): the message is not known to be stored.
+      this.#settle(number, { ok: false, error: new Error(`an answer that is no PubAck (no sequence): ${msg.string().slice(0, 200)}`) });
     } else {
       this.#settle(number, OK);
     }

@@ -4,7 +4,7 @@
  * their own: a `SET NX PX` on a key named after the event id is the guard.
  */
 import { createHash } from 'node:crypto';
-import type { WireText } from '../wire.ts';
+import { TRANSPORT_HEADERS, type WireText } from '../wire.ts';
 import { hashTag } from './options.ts';
 
 /**
@@ -37,7 +37,7 @@ if ARGV[1] == '1' then
   first = 3
 end
 local window, maxlen, contentType = ARGV[2], ARGV[3], ARGV[4]
-local headers = {'traceparent', 'correlationid', 'causationid', 'partitionkey'}
+local headers = {${TRANSPORT_HEADERS.map((name) => `'${name}'`).join(', ')}}
 local a, added = 5, 0
 for k = first, #KEYS do
   local shape = tonumber(ARGV[a])
@@ -78,13 +78,8 @@ end
 return added
 `;
 
-/** The transport headers an entry may carry, in the script's order, each with its bit in a shape. */
-const SHAPE_HEADERS = [
-  ['traceparent', 2],
-  ['correlationid', 4],
-  ['causationid', 8],
-  ['partitionkey', 16],
-] as const;
+/** The transport headers an entry may carry, in the script's order, each with its bit in a shape (2, 4, 8, 16). */
+const SHAPE_HEADERS = TRANSPORT_HEADERS.map((name, i) => [name, 2 << i] as const);
 
 /**
  * Appends one event's arguments for {@link ADD_SCRIPT} to `args`: its shape
