@@ -19,20 +19,32 @@ import { eventually } from './helpers/events.ts';
 const noted = defineEvent<{ n: number }>('wake.noted', { version: 1 });
 const chore = defineJob<{ n: number }>('wake.chore', { queue: 'chores' });
 
-/** Counts the NOTIFYs on one of the mailroom's channels (`outbox` or `wakeup`) until `stop()`. */
-async function countNotifications(db: TestDatabase, schema: string, which: 'outbox' | 'wakeup' = 'outbox'): Promise<{ count(): number; stop(): Promise<void> }> {
-  let count = 0;
+/**
+ * Counts the NOTIFYs on one of the mailroom's channels (`outbox` or `wakeup`) until `stop()`; with
+ * `payload`, only those carrying it. `since(ms)` counts those that arrived at or after `Date.now()` = ms.
+ */
+async function countNotifications(
+  db: TestDatabase,
+  schema: string,
+  which: 'outbox' | 'wakeup' = 'outbox',
+  payload?: string,
+): Promise<{ count(): number; since(ms: number): number; stop(): Promise<void> }> {
+  const arrivals: number[] = [];
   const channel = `${schema}_${which}`;
+  const heard = (got: string | undefined) => {
+    if (payload === undefined || got === payload) arrivals.push(Date.now());
+  };
+  const counts = { count: () => arrivals.length, since: (ms: number) => arrivals.filter((at) => at >= ms).length };
   const handle = await db.handle();
   if (db.name === 'pglite') {
-    const unlisten = await (handle as PGlite).listen(channel, () => void count++);
-    return { count: () => count, stop: unlisten };
+    const unlisten = await (handle as PGlite).listen(channel, heard);
+    return { ...counts, stop: unlisten };
   }
   const client = await (handle as pg.Pool).connect();
-  client.on('notification', (n) => n.channel === channel && count++);
+  client.on('notification', (n) => n.channel === channel && heard(n.payload));
   await client.query(`LISTEN "${channel}"`);
   return {
-    count: () => count,
+    ...counts,
     stop: async () => {
       await client.query(`UNLISTEN "${channel}"`);
       client.release();
@@ -57,19 +69,27 @@ async function listeners(t: TestMailroom, channel = 'outbox'): Promise<string[]>
 }
 
 /**
- * 10 callers, one write each per transaction, for a second and at least 200 writes (a loaded machine
- * made 76 in a second), at most 10 s; returns how many writes were made.
+ * 10 callers, one write each per transaction, from now until a second and at least 200 writes after
+ * `from` resolved (a loaded machine made 76 in a second), at most 15 s in all. Returns how many
+ * writes were made, and how many of them started after `from`.
  */
-async function secondOfCallers(write: (n: number) => Promise<unknown>): Promise<number> {
+async function secondOfCallers(write: (n: number) => Promise<unknown>, from: Promise<number>): Promise<{ n: number; after: number }> {
   let n = 0;
+  let after = 0;
+  let fromAt: number | undefined;
+  void from.then((at) => (fromAt = at), () => undefined);
   const started = Date.now();
-  const going = () => (Date.now() < started + 1000 || n < 200) && Date.now() < started + 10_000;
+  const going = () => (fromAt === undefined || Date.now() < fromAt + 1000 || after < 200) && Date.now() < started + 15_000;
   await Promise.all(
     Array.from({ length: 10 }, async () => {
-      while (going()) await write(++n);
+      while (going()) {
+        if (fromAt !== undefined) after++;
+        await write(++n);
+      }
     }),
   );
-  return n;
+  await from; // its failure is the test's
+  return { n, after };
 }
 
 /** Waits until `id` has recorded itself on `channel`, and past its look-again after recording. */
@@ -79,38 +99,48 @@ async function asleep(t: TestMailroom, id: string, channel = 'outbox'): Promise<
 }
 
 /**
- * Runs `fn` while the listener gets notifications of its own in bursts of 60 every 20 ms (past
- * {@link BUSY_NOTIFIES} within 100 ms in each burst), and returns how many were sent. How fast a
- * machine commits publishing transactions under the NOTIFY lock varies (411 a second in one loaded
- * CI run, 211 in another, below the gate's 500, and a loaded machine leaves gaps past the gate's
- * quiet time), so the busy tests keep the gate tripped this way and count what the publishes'
- * triggers sent besides. The bursts come from a procedure in the server, one transaction per
- * notification: clients sending them one round trip at a time fell below 500 a second too on a
- * machine that loaded.
+ * Runs `fn` while the listener gets notifications with the payload `noise` in bursts of 60 every 20 ms
+ * (past {@link BUSY_NOTIFIES} within 100 ms in each burst). `fn` gets the time at which the listener
+ * was seen to have stopped asking (its row gone from `wake_listeners`).
+ *
+ * How fast a machine commits publishing transactions under the NOTIFY lock varies (411 a second in
+ * one loaded CI run, 211 in another, below the gate's 500), so the busy tests keep the gate tripped
+ * this way, and count only the notifications of the publishes' triggers (another payload) that came
+ * after the trip: before it, every publish notifies, as it should while the listener sleeps (one
+ * loaded CI run took long enough to trip for 149 of 200 enqueues to notify). The bursts come from a
+ * procedure in the server, one transaction per notification: clients sending them one round trip at
+ * a time fell below 500 a second on a machine that loaded.
  */
-async function whileNotified<T>(db: TestDatabase, t: TestMailroom, which: 'outbox' | 'wakeup', payload: string, fn: () => Promise<T>): Promise<{ result: T; sent: number }> {
+async function whileNotified<T>(
+  db: TestDatabase,
+  t: TestMailroom,
+  which: 'outbox' | 'wakeup',
+  listener: { id: string; channel: string },
+  fn: (tripped: Promise<number>) => Promise<T>,
+): Promise<T> {
   const pool = (await db.handle()) as pg.Pool;
   const s = `"${t.schema}"`;
   await pool.query(`CREATE TABLE ${s}.noise_stop (stop boolean)`);
   await pool.query(
-    `CREATE PROCEDURE ${s}.notify_bursts(channel text, payload text, INOUT sent int DEFAULT 0) LANGUAGE plpgsql AS $$
+    `CREATE PROCEDURE ${s}.notify_bursts(channel text) LANGUAGE plpgsql AS $$
      BEGIN
        LOOP
          EXIT WHEN EXISTS (SELECT 1 FROM ${s}.noise_stop);
          FOR i IN 1..60 LOOP
-           PERFORM pg_notify(channel, payload);
+           PERFORM pg_notify(channel, 'noise');
            COMMIT;
-           sent := sent + 1;
          END LOOP;
          PERFORM pg_sleep(0.02);
        END LOOP;
      END $$`,
   );
-  const noise = pool.query<{ sent: number }>(`CALL ${s}.notify_bursts($1, $2)`, [`${t.schema}_${which}`, payload]);
+  const noise = pool.query(`CALL ${s}.notify_bursts($1)`, [`${t.schema}_${which}`]);
   try {
-    const result = await fn();
-    await pool.query(`INSERT INTO ${s}.noise_stop VALUES (true)`);
-    return { result, sent: (await noise).rows[0]!.sent };
+    const tripped = (async () => {
+      await eventually(async () => !(await listeners(t, listener.channel)).includes(listener.id), 10_000, `${listener.id} to stop asking on ${listener.channel}`);
+      return Date.now();
+    })();
+    return await fn(tripped);
   } finally {
     await pool.query(`INSERT INTO ${s}.noise_stop VALUES (true)`);
     await noise.catch(() => undefined);
@@ -239,16 +269,18 @@ for (const db of testDatabases()) {
         const relay = t.mailroom.relay({ internal: false, to: [target], pollInterval: '1m' });
         await relay.start();
         await asleep(t, relay.id);
-        const notes = await countNotifications(db, t.schema);
+        const notes = await countNotifications(db, t.schema, 'outbox', '');
         try {
-          // 10 publishers, one event per transaction, for about a second: the relay finds events every few ms and keeps polling.
-          const { result: n, sent } = await whileNotified(db, t, 'outbox', '', () => secondOfCallers((k) => t.mailroom.publish(noted, { n: k })));
+          // 10 publishers, one event per transaction, for about a second after the trip: the relay finds events every few ms and keeps polling.
+          const { n, after, trippedAt } = await whileNotified(db, t, 'outbox', { id: relay.id, channel: 'outbox' }, async (tripped) => ({
+            ...(await secondOfCallers((k) => t.mailroom.publish(noted, { n: k }), tripped)),
+            trippedAt: await tripped,
+          }));
           await eventually(() => target.ns.length === n, 10_000, `all ${n} delivered`);
-          await eventually(() => notes.count() >= sent, 10_000, 'the test\'s own notifications received');
           await new Promise((r) => setTimeout(r, 100));
-          const fromPublishes = notes.count() - sent;
-          assert.ok(n >= 200, `enough transactions to measure (${n})`);
-          assert.ok(fromPublishes < n / 4, `${fromPublishes} notifications from ${n} publishing transactions: the relay, notified fast, did not ask for them`);
+          const fromPublishes = notes.since(trippedAt);
+          assert.ok(after >= 200, `enough transactions to measure (${after})`);
+          assert.ok(fromPublishes < after / 4, `${fromPublishes} notifications from ${after} publishing transactions: the relay, notified fast, did not ask for them`);
           await asleep(t, relay.id);
           const before = notes.count();
           const started = Date.now();
@@ -312,18 +344,21 @@ for (const db of testDatabases()) {
       async () => {
         const t = await db.open({ poolSize: 12 });
         let ran = 0;
-        const worker = t.mailroom.worker({ queues: ['chores'], concurrency: 20, pollInterval: '1h', handlers: { [chore.name]: () => void ran++ } });
+        // It also serves the queue `noise`, whose notifications (see whileNotified) keep its gate tripped.
+        const worker = t.mailroom.worker({ queues: ['chores', 'noise'], concurrency: 20, pollInterval: '1h', handlers: { [chore.name]: () => void ran++ } });
         await worker.start();
         await asleep(t, worker.id, 'queue:chores');
-        const notes = await countNotifications(db, t.schema, 'wakeup');
+        const notes = await countNotifications(db, t.schema, 'wakeup', 'chores');
         try {
-          const { result: n, sent } = await whileNotified(db, t, 'wakeup', 'chores', () => secondOfCallers((k) => t.mailroom.enqueue(chore, { n: k })));
+          const { n, after, trippedAt } = await whileNotified(db, t, 'wakeup', { id: worker.id, channel: 'queue:chores' }, async (tripped) => ({
+            ...(await secondOfCallers((k) => t.mailroom.enqueue(chore, { n: k }), tripped)),
+            trippedAt: await tripped,
+          }));
           await eventually(() => ran === n, 10_000, `all ${n} ran`);
-          await eventually(() => notes.count() >= sent, 10_000, 'the test\'s own notifications received');
           await new Promise((r) => setTimeout(r, 100));
-          const fromEnqueues = notes.count() - sent;
-          assert.ok(n >= 200, `enough transactions to measure (${n})`);
-          assert.ok(fromEnqueues < n / 4, `${fromEnqueues} notifications from ${n} enqueueing transactions: the worker, notified fast, did not ask for them`);
+          const fromEnqueues = notes.since(trippedAt);
+          assert.ok(after >= 200, `enough transactions to measure (${after})`);
+          assert.ok(fromEnqueues < after / 4, `${fromEnqueues} notifications from ${after} enqueueing transactions: the worker, notified fast, did not ask for them`);
           await asleep(t, worker.id, 'queue:chores');
           await t.mailroom.enqueue(chore, { n: n + 1 });
           await eventually(() => ran === n + 1, 10_000, 'the quiet enqueue ran (the poll is an hour)');
