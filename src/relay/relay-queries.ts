@@ -23,6 +23,7 @@ export interface RelayQueries {
   cursorStats: NamedQuery;
   park: NamedQuery;
   parkedAhead: NamedQuery;
+  origin: NamedQuery;
 }
 
 const MS = `* interval '1 millisecond'`;
@@ -132,6 +133,13 @@ export function relayQueries(quotedSchema: string): RelayQueries {
         GROUP BY f.fence`,
     ),
     // The oldest transaction with an xid (it holds the fence), other than this session.
+    // Which outbox this is, for targets that recognise events by (xid, position): the database system
+    // (a promoted replica keeps it), the database and the outbox table (a new schema gets a new one).
+    origin: q(
+      'relay_origin',
+      `SELECT c.system_identifier::text || ':' || d.oid::text || ':' || '${s}.outbox'::regclass::oid::text AS origin
+         FROM pg_control_system() AS c, pg_database AS d WHERE d.datname = current_database()`,
+    ),
     oldestTransaction: q(
       'relay_oldest_transaction',
       `SELECT pid, backend_xid::text AS xid, extract(epoch FROM now() - xact_start)::float8 AS age_seconds,

@@ -110,6 +110,8 @@ export class Relay extends SafeEmitter<RelayEvents> {
   private pruning: Promise<unknown> | undefined;
   /** Asks publishers for a NOTIFY while this relay sleeps, and not while events keep coming (see WakeGate). */
   private readonly gate: WakeGate;
+  /** Which outbox this is (`RelayContext.origin`), read once; undefined when the database does not say. */
+  private originRead: Promise<string | undefined> | undefined;
 
   /** @internal use `mailroom.relay()` */
   constructor(
@@ -361,6 +363,15 @@ export class Relay extends SafeEmitter<RelayEvents> {
     }
   }
 
+  /** The outbox's name for targets (`RelayContext.origin`); undefined where `pg_control_system()` may not be called. */
+  private origin(): Promise<string | undefined> {
+    this.originRead ??= this.driver.run<{ origin: string }>(this.queries.origin, []).then(
+      ({ rows }) => rows[0]?.origin,
+      () => undefined,
+    );
+    return this.originRead;
+  }
+
   /**
    * One batch for one target, in one transaction: the fenced start (zero rows:
    * the lease is lost), the commit-safe read, the target's delivery, the cursor.
@@ -370,6 +381,7 @@ export class Relay extends SafeEmitter<RelayEvents> {
     const token = s.token;
     if (token === null) return { kind: 'lost' };
     const name = s.target.name;
+    const origin = await this.origin();
     const fence = await readFence(this.driver, this.queries);
     let start: OutboxPoint | null = null;
     let sent: StoredEvent[] = [];
@@ -388,7 +400,7 @@ export class Relay extends SafeEmitter<RelayEvents> {
         }
         const events = s.parked.without(plan.rows.map((row) => new StoredEvent(row)));
         sent = events;
-        if (events.length > 0) await publishTraced(s.target, events, { tx });
+        if (events.length > 0) await publishTraced(s.target, events, { tx, origin });
         const next = plan.cursor;
         const advanced = await tx.query(this.queries.advance.text, [name, this.id, token, String(next.xid), String(next.position), events.length]);
         if (advanced.rowCount !== 1) throw new LeaseLost('lease lost during the round');
@@ -451,6 +463,7 @@ export class Relay extends SafeEmitter<RelayEvents> {
     const token = s.token;
     if (token === null) return { kind: 'lost' };
     const name = s.target.name;
+    const origin = await this.origin();
     const read = (from: OutboxPoint | null) =>
       readBatch({ driver: this.driver, queries: this.queries, target: name, holder: this.id, token, leaseMs: this.options.leaseMs, batchSize: this.options.batchSize, from });
     const ahead = s.ahead === null ? null : await s.ahead.catch((error: unknown) => (this.report(error), null));
@@ -471,9 +484,9 @@ export class Relay extends SafeEmitter<RelayEvents> {
     }
     const next = plan.cursor;
     // The batch before this one is confirmed: send this one as it is unless its conditional send was confirmed.
-    const publishAgain = () => (events.length === 0 ? Promise.resolve() : publishTraced(s.target, events, { tx: NO_TRANSACTION }));
+    const publishAgain = () => (events.length === 0 ? Promise.resolve() : publishTraced(s.target, events, { tx: NO_TRANSACTION, origin }));
     const publishing = sent === null ? publishAgain() : sent.then((confirmed) => (confirmed ? undefined : publishAgain()));
-    if (!plan.exhausted && plan.blockedBy === null) s.ahead = this.readNext(s, read(next), events.at(-1) ?? null);
+    if (!plan.exhausted && plan.blockedBy === null) s.ahead = this.readNext(s, read(next), events.at(-1) ?? null, origin);
     try {
       await publishing;
     } catch (error) {
@@ -497,12 +510,12 @@ export class Relay extends SafeEmitter<RelayEvents> {
    * confirms both batches in one wait. A send refused (the condition failed,
    * or anything else) is sent again by its own round, once this batch is confirmed.
    */
-  private readNext(s: TargetState, reading: Promise<ReadBatch | null>, after: RelayedEvent | null): Promise<Ahead | null> {
+  private readNext(s: TargetState, reading: Promise<ReadBatch | null>, after: RelayedEvent | null, origin: string | undefined): Promise<Ahead | null> {
     return reading.then((batch) => {
       if (batch === null) return null;
       const events = s.parked.without(batch.events);
       if (s.target.pipelined !== true || after === null || events.length === 0 || batch.plan.cursor === null) return { batch, sent: null };
-      const sent = publishTraced(s.target, events, { tx: NO_TRANSACTION, after }).then(
+      const sent = publishTraced(s.target, events, { tx: NO_TRANSACTION, after, origin }).then(
         () => true,
         () => false,
       );

@@ -38,6 +38,17 @@ export interface RelayContext {
    * the batch again, without `after`, once the batch before it is confirmed.
    */
   readonly after?: RelayedEvent;
+  /**
+   * Which outbox the batch comes from (the database system, the database and
+   * the outbox table), set by the relay on every batch it reads; absent for
+   * `parkedEvents.republish` and when the database does not say. Every batch
+   * the relay hands a target starts where everything before it (in the
+   * order of (`xid`, `position`)) was delivered or parked, so with this a target can
+   * recognise events it took before by those two (the Redis target keeps no
+   * key per event that way). Its form may change between versions: use it
+   * as an opaque name.
+   */
+  readonly origin?: string;
 }
 
 /**

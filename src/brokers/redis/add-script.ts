@@ -2,10 +2,49 @@
  * The Lua script that adds one event to a stream unless its id was added
  * within the dedup window, and the keys it touches. Streams have no dedup of
  * their own: a `SET NX PX` on a key named after the event id is the guard.
+ * The relay's own batches use the guard of mark-script.ts, which keeps no key
+ * per event; this one serves events published without the relay's origin
+ * (`parkedEvents.republish`, a publish by hand, a database that does not say
+ * which it is).
  */
 import { createHash } from 'node:crypto';
 import { TRANSPORT_HEADERS, type WireText } from '../wire.ts';
 import { hashTag } from './options.ts';
+
+/**
+ * Lua shared by the add scripts: `entry(a, contentType)` returns the fields of
+ * the entry of the event whose arguments start at ARGV[a] (its shape, see
+ * {@link eventArguments}) and the index after them; `xadd(stream, maxlen,
+ * fields)` adds it (maxlen '' for none) and returns the reply or the error.
+ */
+export const ENTRY_LUA = `local headers = {${TRANSPORT_HEADERS.map((name) => `'${name}'`).join(', ')}}
+local function entry(a, contentType)
+  local shape = tonumber(ARGV[a])
+  local fields = {'id', ARGV[a + 1], 'type', ARGV[a + 2]}
+  local n, v = 4, a + 3
+  if bit.band(shape, 1) ~= 0 then
+    fields[5] = 'key'
+    fields[6] = ARGV[v]
+    n, v = 6, v + 1
+  end
+  fields[n + 1] = 'content-type'
+  fields[n + 2] = contentType
+  n = n + 2
+  for h = 1, 4 do
+    if bit.band(shape, 2 ^ h) ~= 0 then
+      fields[n + 1] = headers[h]
+      fields[n + 2] = ARGV[v]
+      n, v = n + 2, v + 1
+    end
+  end
+  fields[n + 1] = 'body'
+  fields[n + 2] = ARGV[v]
+  return fields, v + 1
+end
+local function xadd(stream, maxlen, fields)
+  if maxlen == '' then return redis.pcall('XADD', stream, '*', unpack(fields)) end
+  return redis.pcall('XADD', stream, 'MAXLEN', '~', maxlen, '*', unpack(fields))
+end`;
 
 /**
  * Adds a run of events of one batch, in order, each unless its id was added
@@ -37,43 +76,19 @@ if ARGV[1] == '1' then
   first = 3
 end
 local window, maxlen, contentType = ARGV[2], ARGV[3], ARGV[4]
-local headers = {${TRANSPORT_HEADERS.map((name) => `'${name}'`).join(', ')}}
+${ENTRY_LUA}
 local a, added = 5, 0
 for k = first, #KEYS do
-  local shape = tonumber(ARGV[a])
-  local fields = {'id', ARGV[a + 1], 'type', ARGV[a + 2]}
-  local n, v = 4, a + 3
-  if bit.band(shape, 1) ~= 0 then
-    fields[5] = 'key'
-    fields[6] = ARGV[v]
-    n, v = 6, v + 1
-  end
-  fields[n + 1] = 'content-type'
-  fields[n + 2] = contentType
-  n = n + 2
-  for h = 1, 4 do
-    if bit.band(shape, 2 ^ h) ~= 0 then
-      fields[n + 1] = headers[h]
-      fields[n + 2] = ARGV[v]
-      n, v = n + 2, v + 1
-    end
-  end
-  fields[n + 1] = 'body'
-  fields[n + 2] = ARGV[v]
+  local fields, after = entry(a, contentType)
   if redis.call('SET', KEYS[k], '1', 'NX', 'PX', window) then
-    local r
-    if maxlen == '' then
-      r = redis.pcall('XADD', KEYS[1], '*', unpack(fields))
-    else
-      r = redis.pcall('XADD', KEYS[1], 'MAXLEN', '~', maxlen, '*', unpack(fields))
-    end
+    local r = xadd(KEYS[1], maxlen, fields)
     if type(r) == 'table' and r.err then
       redis.call('DEL', KEYS[k])
       return redis.error_reply(r.err)
     end
     added = added + 1
   end
-  a = v + 1
+  a = after
 end
 return added
 `;
@@ -115,6 +130,17 @@ export const ADD_SCRIPT_SHA = createHash('sha1').update(ADD_SCRIPT).digest('hex'
  * dedupKey('orders', '0190…') // '{orders}:mailroom:dedup:0190…'
  */
 export function dedupKey(stream: string, eventId: string): string {
-  const base = hashTag(stream) === null ? `{${stream}}` : stream;
-  return `${base}:mailroom:dedup:${eventId}`;
+  return `${slotBase(stream)}:mailroom:dedup:${eventId}`;
+}
+
+/**
+ * The prefix of mailroom's keys for a stream, in the stream's hash slot: the
+ * stream itself when it has a hash tag, else the stream name as the tag.
+ *
+ * @example
+ * slotBase('orders') // '{orders}'
+ * slotBase('events:{orders}') // 'events:{orders}'
+ */
+export function slotBase(stream: string): string {
+  return hashTag(stream) === null ? `{${stream}}` : stream;
 }

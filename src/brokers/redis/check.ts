@@ -108,8 +108,10 @@ export function dedupWindowWarning(subject: string, dedupWindowMs: number, repub
       code: 'redis-dedup-window',
       message:
         `dedupWindow is ${dedupWindowMs} ms but the relay can publish an event again up to ${republishHorizonMs} ms later ` +
-        '(a relay that crashed after Redis replied and before its cursor committed): such a duplicate would be added to the stream again. ' +
-        `Set dedupWindow to at least ${republishHorizonMs} ms (consumers still deduplicate on the event id, so this costs duplicates, not correctness).`,
+        '(a relay that crashed after Redis replied and before its cursor committed). The relay\'s batches are recognised by their place in the outbox ' +
+        'whatever the window, but where the database does not say which outbox it is (pg_control_system() not allowed) they fall back to the event id, ' +
+        `and such a duplicate would be added to the stream again. Set dedupWindow to at least ${republishHorizonMs} ms ` +
+        '(consumers still deduplicate on the event id, so this costs duplicates, not correctness).',
     },
   ];
 }

@@ -1,24 +1,29 @@
 /**
  * The relay target for Redis Streams: each event is added to the stream by a
- * Lua script guarded by a dedup key on the event id, up to 100 events per
- * script call, each sent as its values only (the script names the fields); a batch is one pipeline,
- * so it reaches Redis in outbox order, and `publish` resolves when every reply
- * is in.
+ * Lua script, up to 100 events per script call, each sent as its values only
+ * (the script names the fields); a batch is one pipeline, so it reaches Redis
+ * in outbox order, and `publish` resolves when every reply is in. The relay's
+ * batches are guarded by their events' marks in the outbox (mark-script.ts),
+ * anything else by a dedup key per event id (add-script.ts).
  */
-import type { Redis } from 'ioredis';
+import { randomBytes } from 'node:crypto';
+import type { ChainableCommander, Redis } from 'ioredis';
 import { MailroomError } from '../../errors.ts';
 import type { RelayContext, RelayedEvent, RelayTarget } from '../../relay/target.ts';
 import type { SafetyWarning, TargetCheckContext } from '../safety.ts';
 import { CLOUDEVENTS_CONTENT_TYPE, wireTextOf } from '../wire.ts';
 import { storedRowOf } from '../../relay/stored-event.ts';
 import { ADD_SCRIPT, ADD_SCRIPT_SHA, dedupKey, eventArguments, EVENTS_PER_CALL } from './add-script.ts';
+import { guardKeys, markOf, MARK_SCRIPT, MARK_SCRIPT_SHA } from './mark-script.ts';
 import { dedupWindowWarning, serverWarnings, warningSubject } from './check.ts';
 import { RedisConnection, reason } from './connection.ts';
 import { redactUrl, resolveTargetOptions, type RedisTargetOptions, type ResolvedTargetOptions } from './options.ts';
 
 /**
- * A relay target that adds every event to a Redis stream, at most once per
- * event id within `dedupWindow`. Connects on the first publish.
+ * A relay target that adds every event to a Redis stream once: the relay's
+ * batches are recognised by their place in the outbox (for good, with two keys
+ * per outbox and stream), other publishes by event id within `dedupWindow`.
+ * Connects on the first publish.
  *
  * @example
  * import { redisStreams } from 'mailroom/redis';
@@ -64,32 +69,16 @@ class RedisStreamsTarget implements RelayTarget {
       }, ackTimeoutMs);
     });
     try {
-      await Promise.race([this.send(events, context?.after), timeout]);
+      await Promise.race([this.send(events, context?.after, context?.origin), timeout]);
     } finally {
       clearTimeout(timer);
     }
   }
 
-  private async send(events: readonly RelayedEvent[], after: RelayedEvent | undefined): Promise<void> {
-    const { stream, dedupWindowMs, maxLen } = this.options;
+  private async send(events: readonly RelayedEvent[], after: RelayedEvent | undefined, origin: string | undefined): Promise<void> {
     const client = await this.connection.get();
     const pipeline = client.pipeline();
-    let previous: string | null = after === undefined ? null : dedupKey(stream, storedRowOf(after).id);
-    const runs: number[] = []; // index of each run's first event
-    for (let start = 0; start < events.length; start += EVENTS_PER_CALL) {
-      runs.push(start);
-      const keys: string[] = previous === null ? [stream] : [stream, previous];
-      // Strings only: ioredis then writes the pipeline as one string instead of copying Buffers together.
-      const args: (string | number)[] = [previous === null ? '0' : '1', dedupWindowMs, maxLen ?? '', CLOUDEVENTS_CONTENT_TYPE];
-      for (const event of events.slice(start, start + EVENTS_PER_CALL)) {
-        const message = wireTextOf(event);
-        const key = dedupKey(stream, message.id);
-        keys.push(key);
-        eventArguments(args, message);
-        previous = key;
-      }
-      pipeline.call('EVALSHA', [ADD_SCRIPT_SHA, keys.length, ...keys, ...args]);
-    }
+    const runs = origin === undefined ? this.byId(pipeline, events, after) : this.byMark(pipeline, events, after, origin);
     let replies: [Error | null, unknown][] | null;
     try {
       replies = await pipeline.exec();
@@ -109,6 +98,57 @@ class RedisStreamsTarget implements RelayTarget {
       const first = runs[failed]!;
       throw this.failure(events.length, err, first, storedRowOf(events[first]!).id);
     }
+  }
+
+  /**
+   * The relay's batch, guarded by marks (see mark-script.ts): one call per run,
+   * the batch's highest mark on the last. Returns the index of each run's first event.
+   */
+  private byMark(pipeline: ChainableCommander, events: readonly RelayedEvent[], after: RelayedEvent | undefined, origin: string): number[] {
+    const { stream, maxLen } = this.options;
+    const keys = [stream, ...guardKeys(stream, origin)];
+    const attempt = randomBytes(8).toString('hex');
+    let highest = '';
+    for (const event of events) {
+      const mark = markOf(storedRowOf(event));
+      if (mark > highest) highest = mark;
+    }
+    let before = after === undefined ? '' : markOf(storedRowOf(after));
+    const runs: number[] = [];
+    for (let start = 0; start < events.length; start += EVENTS_PER_CALL) {
+      runs.push(start);
+      const last = start + EVENTS_PER_CALL >= events.length;
+      // Strings only: ioredis then writes the pipeline as one string instead of copying Buffers together.
+      const args: (string | number)[] = [attempt, last ? highest : '', before, maxLen ?? '', CLOUDEVENTS_CONTENT_TYPE];
+      for (const event of events.slice(start, start + EVENTS_PER_CALL)) {
+        before = markOf(storedRowOf(event));
+        args.push(before);
+        eventArguments(args, wireTextOf(event));
+      }
+      pipeline.call('EVALSHA', [MARK_SCRIPT_SHA, keys.length, ...keys, ...args]);
+    }
+    return runs;
+  }
+
+  /** Events published without the relay's origin, guarded by a dedup key per event id. Returns the index of each run's first event. */
+  private byId(pipeline: ChainableCommander, events: readonly RelayedEvent[], after: RelayedEvent | undefined): number[] {
+    const { stream, dedupWindowMs, maxLen } = this.options;
+    let previous: string | null = after === undefined ? null : dedupKey(stream, storedRowOf(after).id);
+    const runs: number[] = [];
+    for (let start = 0; start < events.length; start += EVENTS_PER_CALL) {
+      runs.push(start);
+      const keys: string[] = previous === null ? [stream] : [stream, previous];
+      const args: (string | number)[] = [previous === null ? '0' : '1', dedupWindowMs, maxLen ?? '', CLOUDEVENTS_CONTENT_TYPE];
+      for (const event of events.slice(start, start + EVENTS_PER_CALL)) {
+        const message = wireTextOf(event);
+        const key = dedupKey(stream, message.id);
+        keys.push(key);
+        eventArguments(args, message);
+        previous = key;
+      }
+      pipeline.call('EVALSHA', [ADD_SCRIPT_SHA, keys.length, ...keys, ...args]);
+    }
+    return runs;
   }
 
   private failure(count: number, err: unknown, index?: number, id?: string): MailroomError {
@@ -133,6 +173,11 @@ class RedisStreamsTarget implements RelayTarget {
 }
 
 async function loadScript(client: Redis): Promise<void> {
-  const sha = await client.call('SCRIPT', ['LOAD', ADD_SCRIPT]);
-  if (sha !== ADD_SCRIPT_SHA) throw new Error(`SCRIPT LOAD returned ${String(sha)}, expected ${ADD_SCRIPT_SHA}`);
+  for (const [script, expected] of [
+    [ADD_SCRIPT, ADD_SCRIPT_SHA],
+    [MARK_SCRIPT, MARK_SCRIPT_SHA],
+  ]) {
+    const sha = await client.call('SCRIPT', ['LOAD', script!]);
+    if (sha !== expected) throw new Error(`SCRIPT LOAD returned ${String(sha)}, expected ${expected}`);
+  }
 }
