@@ -22,7 +22,7 @@
  * --autovacuum turns the server's autovacuum on for the run when it is off (PostgreSQL's default):
  * without it a fresh database is never analyzed, and plans made while its tables were empty stay.
  *
- *   npm run bench:brokers -- [--messages 20000] [--lag-seconds 5] [--lag-warmup 2] [--lag-rates 500,1000] [--only rabbitmq,nats,redis] [--json FILE] [--autovacuum]
+ *   npm run bench:brokers -- [--messages 100000] [--lag-seconds 5] [--lag-warmup 2] [--lag-rates 500,1000] [--only rabbitmq,nats,redis] [--json FILE] [--autovacuum]
  */
 import { writeFile } from 'node:fs/promises';
 import { createMailroom, type Mailroom } from '../../dist/index.js';
@@ -72,7 +72,7 @@ interface BrokerResult {
 
 function parseArgs(argv: string[]): Config {
   const c: Config = {
-    messages: 20_000,
+    messages: 100_000,
     lagSeconds: 5,
     lagWarmupSeconds: 2,
     lagRates: [500, 1000],
