@@ -430,6 +430,15 @@ for (const db of testDatabases()) {
       assert.ok(state, `the guard's state under the outbox's name: ${keys.join(', ')}`);
       assert.equal(await p.admin.zcard(`${state}:added`), 0);
     });
+
+    test("the relay tells its targets' checks which outbox it is", async () => {
+      const t = await db.open();
+      let origin: string | null | undefined;
+      const probe = { name: 'probe', readAhead: true, publish: async () => {}, check: async (c: { origin?: string | null }) => ((origin = c.origin), []) };
+      const relay = t.mailroom.relay({ internal: false, to: [probe] });
+      assert.deepEqual(await relay.check(), []);
+      assert.match(String(origin), /^\d+:\d+:\d+$/);
+    });
   });
 }
 
@@ -789,6 +798,16 @@ describe('redis safety checks', { skip }, () => {
     } finally {
       await short.close?.();
     }
+  });
+
+  test("redis-guard-by-id fires when the relay's database did not say which outbox it is, and only then", async () => {
+    const p = await pair(true);
+    const target = p.target();
+    const warnings = await target.check!({ republishHorizonMs: 60_000, origin: null });
+    assert.deepEqual(codes(warnings), ['redis-guard-by-id']);
+    assert.match(warnings[0]!.message, /pg_control_system\(\).*dedup key.*GRANT EXECUTE/);
+    assert.deepEqual(await target.check!({ republishHorizonMs: 60_000, origin: '1:2:3' }), []);
+    assert.deepEqual(await target.check!({ republishHorizonMs: 60_000 }), [], 'unknown (mailroom doctor): no warning');
   });
 
   test('redis-config-unreadable fires when CONFIG is not allowed, and only then', async () => {

@@ -24,6 +24,12 @@ export interface TargetCheckContext {
    * relay delivers nothing after it.
    */
   readonly maxPayloadBytes?: number;
+  /**
+   * The relay's `RelayContext.origin` (which outbox its batches come from):
+   * null when the relay asked and its database did not say, absent when
+   * unknown (`mailroom doctor`).
+   */
+  readonly origin?: string | null;
 }
 
 /** What an event adds to its payload on a broker, at most in practice: the envelope's attributes and the transport headers. */

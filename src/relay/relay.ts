@@ -190,7 +190,8 @@ export class Relay extends SafeEmitter<RelayEvents> {
    * for (const w of await relay.check()) console.warn(w.code, w.message);
    */
   async check(): Promise<SafetyWarning[]> {
-    const context = { republishHorizonMs: republishHorizonMs(this.options.leaseMs), maxPayloadBytes: this.maxPayloadBytes };
+    const origin = (await this.origin()) ?? null;
+    const context = { republishHorizonMs: republishHorizonMs(this.options.leaseMs), maxPayloadBytes: this.maxPayloadBytes, origin };
     const found = await Promise.all(this.states.map((s) => s.target.check?.(context) ?? Promise.resolve([])));
     return found.flat();
   }

@@ -115,3 +115,25 @@ export function dedupWindowWarning(subject: string, dedupWindowMs: number, repub
     },
   ];
 }
+
+/**
+ * A warning when the relay's database does not say which outbox it is: the
+ * relay's batches are then guarded by a dedup key per event, kept for
+ * `dedupWindow`, instead of by their place in the outbox.
+ *
+ * @example
+ * guardByIdWarning(subject, null, 86_400_000) // [{ code: 'redis-guard-by-id', … }]
+ */
+export function guardByIdWarning(subject: string, origin: string | null | undefined, dedupWindowMs: number): SafetyWarning[] {
+  if (origin !== null) return [];
+  return [
+    {
+      subject,
+      code: 'redis-guard-by-id',
+      message:
+        "the relay's database role may not call pg_control_system(), so the relay cannot say which outbox its batches come from: " +
+        `each relayed event leaves a dedup key in Redis for dedupWindow (${dedupWindowMs} ms; about 150 bytes each, 1.3 GB a day at 100 events a second). ` +
+        "Let the role call it (GRANT EXECUTE ON FUNCTION pg_control_system() TO <role>), or shorten dedupWindow to what your Redis's memory allows.",
+    },
+  ];
+}

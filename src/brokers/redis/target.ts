@@ -15,7 +15,7 @@ import { CLOUDEVENTS_CONTENT_TYPE, wireTextOf } from '../wire.ts';
 import { storedRowOf } from '../../relay/stored-event.ts';
 import { ADD_SCRIPT, ADD_SCRIPT_SHA, dedupKey, eventArguments, EVENTS_PER_CALL } from './add-script.ts';
 import { guardKeys, markOf, MARK_SCRIPT, MARK_SCRIPT_SHA } from './mark-script.ts';
-import { dedupWindowWarning, serverWarnings, warningSubject } from './check.ts';
+import { dedupWindowWarning, guardByIdWarning, serverWarnings, warningSubject } from './check.ts';
 import { RedisConnection, reason } from './connection.ts';
 import { redactUrl, resolveTargetOptions, type RedisTargetOptions, type ResolvedTargetOptions } from './options.ts';
 
@@ -108,24 +108,22 @@ class RedisStreamsTarget implements RelayTarget {
     const { stream, maxLen } = this.options;
     const keys = [stream, ...guardKeys(stream, origin)];
     const attempt = randomBytes(8).toString('hex');
+    const marks = events.map((event) => markOf(storedRowOf(event)));
     let highest = '';
-    for (const event of events) {
-      const mark = markOf(storedRowOf(event));
-      if (mark > highest) highest = mark;
-    }
+    for (const mark of marks) if (mark > highest) highest = mark;
     let before = after === undefined ? '' : markOf(storedRowOf(after));
     const runs: number[] = [];
     for (let start = 0; start < events.length; start += EVENTS_PER_CALL) {
       runs.push(start);
-      const last = start + EVENTS_PER_CALL >= events.length;
+      const end = Math.min(start + EVENTS_PER_CALL, events.length);
       // Strings only: ioredis then writes the pipeline as one string instead of copying Buffers together.
-      const args: (string | number)[] = [attempt, last ? highest : '', before, maxLen ?? '', CLOUDEVENTS_CONTENT_TYPE];
-      for (const event of events.slice(start, start + EVENTS_PER_CALL)) {
-        before = markOf(storedRowOf(event));
-        args.push(before);
-        eventArguments(args, wireTextOf(event));
+      const args: (string | number)[] = [MARK_SCRIPT_SHA, keys.length, ...keys, attempt, end === events.length ? highest : '', before, maxLen ?? '', CLOUDEVENTS_CONTENT_TYPE];
+      for (let i = start; i < end; i++) {
+        args.push(marks[i]!);
+        eventArguments(args, wireTextOf(events[i]!));
       }
-      pipeline.call('EVALSHA', [MARK_SCRIPT_SHA, keys.length, ...keys, ...args]);
+      before = marks[end - 1]!;
+      pipeline.call('EVALSHA', args);
     }
     return runs;
   }
@@ -162,7 +160,10 @@ class RedisStreamsTarget implements RelayTarget {
 
   async check(context: TargetCheckContext): Promise<SafetyWarning[]> {
     const subject = warningSubject(this.options.url, this.options.stream);
-    const warnings = dedupWindowWarning(subject, this.options.dedupWindowMs, context.republishHorizonMs);
+    const warnings = [
+      ...dedupWindowWarning(subject, this.options.dedupWindowMs, context.republishHorizonMs),
+      ...guardByIdWarning(subject, context.origin, this.options.dedupWindowMs),
+    ];
     const client = await this.connection.get();
     return [...warnings, ...(await serverWarnings(client, subject, 'target'))];
   }
