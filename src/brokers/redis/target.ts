@@ -48,9 +48,11 @@ class RedisStreamsTarget implements RelayTarget {
 
   /**
    * Adds the batch and resolves when every reply is in. With `context.after`,
-   * the first run adds nothing unless that event was added (its dedup key is
-   * there), so a batch sent before the one ahead of it is confirmed cannot
-   * overtake it.
+   * the first run adds nothing unless that event was added (the guard knows
+   * its place, or its dedup key is there), so a batch sent before the one
+   * ahead of it is confirmed cannot overtake it. With `context.origin` (the
+   * relay's batches) events are guarded by their place in the outbox, else
+   * by event id.
    */
   async publish(events: readonly RelayedEvent[], context: RelayContext): Promise<void> {
     if (events.length === 0) return;
