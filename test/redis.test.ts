@@ -20,8 +20,10 @@ import { newId } from '../src/ids.ts';
 import type { RelayContext, RelayedEvent } from '../src/relay/target.ts';
 import type { Queryable } from '../src/storage/driver.ts';
 import { fixture, type RedisPair } from './helpers/brokers/redis.ts';
-import { testDatabases } from './helpers/databases.ts';
-import { defineEvent } from '../src/index.ts';
+import { databaseUrl, testDatabases } from './helpers/databases.ts';
+import { createMailroom, defineEvent } from '../src/index.ts';
+import pg from 'pg';
+import { createDatabase, dropDatabase, withDatabase } from '../bench/db.ts';
 import { eventually } from './helpers/events.ts';
 
 const url = process.env.REDIS_URL;
@@ -441,6 +443,50 @@ for (const db of testDatabases()) {
     });
   });
 }
+
+describe("redis target behind a relay whose database role may not call pg_control_system()", { skip: skip || (!databaseUrl && 'set TEST_DATABASE_URL') }, () => {
+  test('the relay warns (redis-guard-by-id) and guards by event id: its batches published again are still added once', async () => {
+    const p = await pair();
+    const name = `mr_noctl_${process.pid}`; // the database and its owner, a role that is not a superuser
+    const asAdmin = async (database: string, statements: string[]) => {
+      const client = new pg.Client({ connectionString: withDatabase(databaseUrl!, database) });
+      await client.connect();
+      try {
+        for (const text of statements) await client.query(text);
+      } finally {
+        await client.end();
+      }
+    };
+    await dropDatabase(databaseUrl!, name);
+    await asAdmin('postgres', [`DROP ROLE IF EXISTS ${name}`, `CREATE ROLE ${name} LOGIN`]);
+    await createDatabase(databaseUrl!, name);
+    await asAdmin('postgres', [`ALTER DATABASE ${name} OWNER TO ${name}`]);
+    await asAdmin(name, ['REVOKE EXECUTE ON FUNCTION pg_control_system() FROM PUBLIC']);
+    const url = new URL(withDatabase(databaseUrl!, name));
+    url.username = name;
+    const mailroom = await createMailroom({ database: url.toString(), schema: 'mailroom' });
+    try {
+      await mailroom.migrate();
+      for (let n = 1; n <= 10; n++) await mailroom.publish(relayedNote, { n });
+      const relay = mailroom.relay({ internal: false, to: [p.target()] });
+      assert.ok((await relay.check()).some((w) => w.code === 'redis-guard-by-id'), 'the relay warns that its batches are guarded by event id');
+      await flushAll(relay, 10);
+      await relay.stop();
+      await asAdmin(name, [`UPDATE mailroom.relay_cursors SET cursor_xid = '0', cursor_position = 0`]);
+      const again = mailroom.relay({ internal: false, to: [p.target()] });
+      await flushAll(again, 10);
+      await again.stop();
+      assert.equal(await p.admin.xlen(p.stream), 10, 'added once');
+      const keys = await p.admin.keys(`*${p.stream}*`);
+      assert.equal(keys.filter((k) => k.includes(':mailroom:dedup:')).length, 10, 'a dedup key per event');
+      assert.ok(!keys.some((k) => k.includes(':mailroom:relayed:')), 'no guard state by place');
+    } finally {
+      await mailroom.close();
+      await dropDatabase(databaseUrl!, name);
+      await asAdmin('postgres', [`DROP ROLE IF EXISTS ${name}`]);
+    }
+  });
+});
 
 describe('redis source', { skip }, () => {
   test('delivers id, headers, body and origin; an acked entry is not delivered again', async () => {
