@@ -433,6 +433,24 @@ for (const db of testDatabases()) {
       assert.equal(await p.admin.zcard(`${state}:added`), 0);
     });
 
+    test('a failure to read which outbox it is, other than a missing privilege, is not kept: once the database answers, the batches are guarded by their place', async () => {
+      const p = await pair();
+      const t = await db.open();
+      for (let n = 1; n <= 5; n++) await t.mailroom.publish(relayedNote, { n });
+      const relay = t.mailroom.relay({ internal: false, to: [p.target()] });
+      await t.sql(`ALTER TABLE "${t.schema}".outbox RENAME TO outbox_away`); // the origin's statement fails: no such table
+      try {
+        await assert.rejects(relay.check(), /outbox/);
+      } finally {
+        await t.sql(`ALTER TABLE "${t.schema}".outbox_away RENAME TO outbox`);
+      }
+      await flushAll(relay, 5);
+      await relay.stop();
+      const keys = await p.admin.keys(`*${p.stream}*`);
+      assert.ok(!keys.some((k) => k.includes(':mailroom:dedup:')), `guarded by place, not by id: ${keys.length} keys, e.g. ${keys.slice(0, 3).join(', ')}`);
+      assert.ok((await relay.check()).every((w) => w.code !== 'redis-guard-by-id'));
+    });
+
     test("the relay tells its targets' checks which outbox it is", async () => {
       const t = await db.open();
       let origin: string | null | undefined;

@@ -132,7 +132,6 @@ export function relayQueries(quotedSchema: string): RelayQueries {
          LEFT JOIN ${s}.outbox AS o ON (o.xid, o.position) > ($1::xid8, $2::bigint)
         GROUP BY f.fence`,
     ),
-    // The oldest transaction with an xid (it holds the fence), other than this session.
     // Which outbox this is, for targets that recognise events by (xid, position): the database system
     // (a promoted replica keeps it), the database and the outbox table (a new schema gets a new one).
     origin: q(
@@ -140,6 +139,7 @@ export function relayQueries(quotedSchema: string): RelayQueries {
       `SELECT c.system_identifier::text || ':' || d.oid::text || ':' || '${s}.outbox'::regclass::oid::text AS origin
          FROM pg_control_system() AS c, pg_database AS d WHERE d.datname = current_database()`,
     ),
+    // The oldest transaction with an xid (it holds the fence), other than this session.
     oldestTransaction: q(
       'relay_oldest_transaction',
       `SELECT pid, backend_xid::text AS xid, extract(epoch FROM now() - xact_start)::float8 AS age_seconds,

@@ -364,11 +364,20 @@ export class Relay extends SafeEmitter<RelayEvents> {
     }
   }
 
-  /** The outbox's name for targets (`RelayContext.origin`); undefined where `pg_control_system()` may not be called. */
+  /**
+   * The outbox's name for targets (`RelayContext.origin`), read once; undefined
+   * where the role may not call `pg_control_system()`. Any other failure (the
+   * database unreachable, say) rejects and is asked again next time, so that
+   * a moment's outage does not leave the targets without it for good.
+   */
   private origin(): Promise<string | undefined> {
     this.originRead ??= this.driver.run<{ origin: string }>(this.queries.origin, []).then(
       ({ rows }) => rows[0]?.origin,
-      () => undefined,
+      (error: unknown) => {
+        if ((error as { code?: unknown } | null)?.code === '42501') return undefined; // insufficient_privilege
+        this.originRead = undefined;
+        throw error;
+      },
     );
     return this.originRead;
   }
