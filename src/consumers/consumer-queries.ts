@@ -52,13 +52,15 @@ export function consumerQueries(quotedSchema: string): ConsumerQueries {
         WHERE o.type = ANY($1::text[]) AND (o.xid, o.position) <= ($2::xid8, $3::bigint) AND o.position > $4::bigint
         ORDER BY o.position LIMIT $5`,
     ),
-    // $1 group, $2 event ids: those of them the group's inbox holds. One primary-key probe per id
-    // (written as a join: with event_id = ANY($2) and no statistics yet the planner scanned
-    // every key of the group through inbox_received_idx, 1 ms per lookup at 3,000 keys and growing).
+    // $1 group, $2 event ids: those of them the group's inbox holds. One primary-key probe per id,
+    // whatever the statistics say: a LATERAL subquery with LIMIT cannot become a join, which on
+    // statistics taken while the inbox was small (or none yet) hashed the ids and read every key of
+    // the group through inbox_received_idx (2.6 ms per lookup of 50 ids at 20,000 keys, growing with
+    // the inbox; 0.13 ms probing). `event_id = ANY($2)` had done the same.
     inboxSeenAmong: q(
       'inbox_seen_among',
       `SELECT k.event_id FROM unnest($2::uuid[]) AS k(event_id)
-        WHERE EXISTS (SELECT 1 FROM ${s}.inbox AS i WHERE i.consumer_group = $1 AND i.event_id = k.event_id)`,
+        CROSS JOIN LATERAL (SELECT 1 FROM ${s}.inbox AS i WHERE i.consumer_group = $1 AND i.event_id = k.event_id LIMIT 1) AS seen`,
     ),
     // $1 group, $2 event id. In the handler's transaction; waits for a concurrent holder of the key.
     inboxRecord: q('inbox_record', `INSERT INTO ${s}.inbox (consumer_group, event_id) VALUES ($1, $2) ON CONFLICT DO NOTHING RETURNING 1 AS recorded`),
