@@ -18,7 +18,11 @@ export function ingestQueries(quotedSchema: string): IngestQueries {
     // order, so stores running at once take the key rows the trigger locks in the same order. A
     // redelivery of a stored event is skipped before it reaches the trigger (there it would lock
     // its key row, then wait for a completion of that job in flight, which waits for the key row:
-    // a deadlock); one racing the first delivery conflicts on the id.
+    // a deadlock); one racing the first delivery conflicts on the id. That check probes the primary
+    // key per message whatever the statistics say (a LATERAL subquery with LIMIT cannot become a
+    // join): as `NOT EXISTS`, on statistics taken while the table was small, it hashed every job
+    // of the table, completed history included, for each batch (44 ms for 200 messages at 20,000
+    // jobs, growing with the table; 7 ms probing).
     storeEvents: q(
       'ingest_events',
       `INSERT INTO ${s}.jobs (id, queue, type, state, max_attempts, correlation_id, expires_at, payload, ordering_key, traceparent)
@@ -26,8 +30,9 @@ export function ingestQueries(quotedSchema: string): IngestQueries {
               now() + $8::bigint * interval '1 millisecond', d.doc, e.key, d.doc->>'traceparent'
          FROM unnest($1::uuid[], $2::text[], $3::text[], $4::text[], $5::text[])
               WITH ORDINALITY AS e(id, type, key, correlation_id, envelope, ord)
+         LEFT JOIN LATERAL (SELECT true AS stored FROM ${s}.jobs AS j WHERE j.id = e.id LIMIT 1) AS known ON true
         CROSS JOIN LATERAL (SELECT e.envelope::jsonb AS doc) AS d
-        WHERE NOT EXISTS (SELECT 1 FROM ${s}.jobs AS j WHERE j.id = e.id)
+        WHERE known.stored IS NULL
         ORDER BY e.key NULLS FIRST, e.ord
        ON CONFLICT (id) DO NOTHING
        RETURNING id`,
