@@ -8,6 +8,7 @@
  *   PROF=1 / HEAP=1                        CPU profile / sampled allocations of the drain only (/tmp/prof, /tmp/heap.json)
  *   COUNT=1                                statements sent, by name
  *   CPU=1                                  CPU seconds of each process kind during the drain (run with node --import tsx)
+ *   HISTORY=200000                         that many completed jobs beside the backlog, then ANALYZE: a queue that keeps its history
  *   DB=postgres://...                      server (default the test database); a schema of its own, dropped after
  *
  * Env: N jobs (20000), C concurrency (20), P prefetch (300).
@@ -26,6 +27,12 @@ const job = defineJob('s.noop', { queue: 'bench' });
 const m = await createMailroom({ database: url, schema });
 await m.migrate();
 for (let i = 0; i < N; i += 1000) await m.enqueueMany(job, Array.from({ length: Math.min(1000, N - i) }, (_, k) => ({ n: i + k })), process.env.KEYS ? { orderingKey: (d) => String(d.n % Number(process.env.KEYS)) } : {});
+if (process.env.HISTORY) {
+  const c = new pg.Client(url); await c.connect();
+  await c.query(`INSERT INTO ${schema}.jobs (id, queue, type, state, max_attempts, payload, finished_at)
+                 SELECT gen_random_uuid(), 'bench', 's.noop', 'completed', 5, '{}', now() FROM generate_series(1, $1::int)`, [Number(process.env.HISTORY)]);
+  await c.query(`ANALYZE ${schema}.jobs`); await c.end();
+}
 let done = 0; let t0 = 0; let finish; const all = new Promise((r) => (finish = r));
 const w = m.worker({ queues: ['bench'], concurrency: C, prefetch: P, handlers: { [job.name]: async () => { if (!t0) t0 = performance.now(); } } });
 const cpu = process.env.CPU ? await import('./cpu-split.ts') : null;

@@ -10,6 +10,7 @@ import type { PGlite } from '@electric-sql/pglite';
 import { createMailroom, defineJob, PermanentError, RetryableError, snooze, type Job } from '../src/index.ts';
 import { databaseUrl, testDatabases, uniqueSchema } from './helpers/databases.ts';
 import { jobQueries } from '../src/jobs/queries.ts';
+import { controlQueries } from '../src/jobs/control-queries.ts';
 import { eventually, freezeHeartbeats, waitForEvents } from './helpers/events.ts';
 
 const quick = { maxAttempts: 3, backoff: { base: 5, max: 10 } } as const;
@@ -548,6 +549,66 @@ for (const db of testDatabases()) {
         }
       },
     );
+
+    it(
+      'a claim updates the jobs it picked by primary key, however much completed history the table holds',
+      { skip: db.name === 'pglite' ? 'needs a session of its own to hold prepared statements' : false },
+      async () => {
+        const t = await db.open();
+        const jobs = `"${t.schema}".jobs`;
+        const session = new pg.Client({ connectionString: databaseUrl });
+        await session.connect();
+        try {
+          // 60,000 jobs, 2,000 of them waiting: with the picked jobs joined to the table, PostgreSQL hashed them
+          // and read all 60,000 rows for each claim (19 ms against 6 for a claim of 1,000 here).
+          await session.query(
+            `INSERT INTO ${jobs} (id, queue, type, state, max_attempts, payload, finished_at)
+             SELECT gen_random_uuid(), 'plan', 'plan.noop', CASE WHEN n <= 58000 THEN 'completed' ELSE 'available' END, 5, '{}',
+                    CASE WHEN n <= 58000 THEN now() END
+               FROM generate_series(1, 60000) AS n`,
+          );
+          await session.query(`ANALYZE ${jobs}`);
+          const q = jobQueries(`"${t.schema}"`);
+          const controls = controlQueries(`"${t.schema}"`);
+          await session.query(controls.configure.text, ['plan', null, null, 5000]);
+          const claims = [
+            ['claim', q.claim.text, `'plan', 1000, 30000, 'plan-test'`],
+            ['claim_with_followers', q.claimWithFollowers.text, `'plan', 1000, 30000, 'plan-test', 0, '{}', '{}', 0`],
+            ['claim_controlled', controls.claimControlled.text, `'plan', 1000, 30000, 'plan-test'`],
+          ] as const;
+          for (const mode of ['force_custom_plan', 'force_generic_plan']) {
+            await session.query(`SET plan_cache_mode = ${mode}`);
+            for (const [name, text, args] of claims) {
+              await session.query(`PREPARE ${name}_${mode} AS ${text}`);
+              await session.query('BEGIN');
+              const { rows } = await session.query<{ 'QUERY PLAN': string }>(`EXPLAIN (ANALYZE, COSTS OFF, TIMING OFF, SUMMARY OFF) EXECUTE ${name}_${mode}(${args})`);
+              await session.query('ROLLBACK');
+              const plan = rows.map((r) => r['QUERY PLAN']).join('\n');
+              assert.match(plan, /Update on jobs j \(actual rows=1000 loops=1\)/, `${name}, ${mode}: 1,000 jobs claimed:\n${plan}`);
+              assert.match(plan, /(Index Scan using jobs_pkey on jobs j|Bitmap Index Scan on jobs_pkey) \(actual rows=\d+ loops=1\)/, `${name}, ${mode}: the picked jobs found by primary key:\n${plan}`);
+              assert.doesNotMatch(plan, /Seq Scan on jobs|Hash Join/, `${name}, ${mode}:\n${plan}`);
+            }
+          }
+        } finally {
+          await session.end();
+        }
+      },
+    );
+
+    it('a worker starts the jobs of one claim in claim order: highest priority first, then oldest', async () => {
+      const { mailroom } = await db.open();
+      const job = defineJob<{ priority: number }>('queue.prioritised', { queue: 'prioritised' });
+      // Enqueued lowest priority first, so that neither enqueue order nor id order is claim order.
+      const priorities = [-5, 0, 3, -1, 7, 2, 9, 1, 4, 8];
+      for (const priority of [...priorities].sort((a, b) => a - b)) await mailroom.enqueue(job, { priority }, { priority });
+      const started: number[] = [];
+      const worker = mailroom.worker({ queues: ['prioritised'], concurrency: 1, prefetch: 20, pollInterval: 20, handlers: { [job.name]: (j: Job<{ priority: number }>) => void started.push(j.data.priority) } });
+      const done = waitForEvents(worker, 'completed', priorities.length);
+      await worker.start();
+      await done;
+      await worker.stop();
+      assert.deepEqual(started, [...priorities].sort((a, b) => b - a));
+    });
 
     it('NOTIFY wakes an idle worker: a job runs without waiting for the poll', async () => {
       const { mailroom } = await db.open();

@@ -1,6 +1,6 @@
 import type { NamedQuery } from '../storage/driver.ts';
 import { namedQueries } from '../storage/named.ts';
-import { CLAIM_RETURNING, CLAIM_SET, WAITING } from './queries.ts';
+import { CLAIM_ORDER, CLAIM_RETURNING, CLAIM_SET, CLAIMED_IN_ORDER, claimedIn, WAITING } from './queries.ts';
 
 /** Statements of shared queue limits (rate limit, global concurrency, back-off), for one quoted schema. */
 export interface ControlQueries {
@@ -44,19 +44,19 @@ export function controlQueries(quotedSchema: string): ControlQueries {
        next AS (
          SELECT id FROM ${s}.jobs
           WHERE state IN ${WAITING} AND NOT blocked AND queue = $1 AND run_at <= now()
-          ORDER BY priority DESC, run_at, id
+          ORDER BY ${CLAIM_ORDER}
           LIMIT COALESCE((SELECT n FROM allowance), $2::int)
           FOR UPDATE SKIP LOCKED),
        claimed AS (
          UPDATE ${s}.jobs AS j
             SET ${CLAIM_SET}
-           FROM next WHERE j.id = next.id
-         RETURNING ${CLAIM_RETURNING}),
+          WHERE ${claimedIn('next')}
+         RETURNING ${CLAIM_RETURNING}, j.run_at),
        recorded AS (
          UPDATE ${s}.queue_controls
             SET recent_claims = (SELECT window_claims FROM ctl) || ARRAY(SELECT now() FROM claimed)
           WHERE queue = $1 AND rate_max IS NOT NULL AND EXISTS (SELECT 1 FROM claimed))
-       SELECT * FROM claimed`,
+       ${CLAIMED_IN_ORDER('claimed')}`,
     ),
     // $1 queue. Taken first, in its own statement, so that the claim statement after it (a new
     // snapshot) sees every claim committed by the previous holder of the lock.
