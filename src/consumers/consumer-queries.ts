@@ -68,13 +68,14 @@ export function consumerQueries(quotedSchema: string): ConsumerQueries {
     inboxForget: q('inbox_forget', `DELETE FROM ${s}.inbox WHERE consumer_group = $1 AND event_id = $2`),
     // $1 group
     countDuplicate: q('consumer_count_duplicate', `UPDATE ${s}.consumer_groups SET duplicates_rejected = duplicates_rejected + 1 WHERE name = $1`),
-    // $1 group, $2 retention ms, $3 batch
+    // $1 group, $2 retention ms, $3 batch. The batch's keys as an array, so that every plan deletes
+    // them by primary key (as `IN (…)`, PostgreSQL read the whole inbox for each batch).
     pruneInbox: q(
       'inbox_prune',
-      `DELETE FROM ${s}.inbox WHERE consumer_group = $1 AND event_id IN (
+      `DELETE FROM ${s}.inbox WHERE consumer_group = $1 AND event_id = ANY (ARRAY(
          SELECT event_id FROM ${s}.inbox
           WHERE consumer_group = $1 AND received_at < now() - $2::bigint * interval '1 millisecond'
-          LIMIT $3)`,
+          LIMIT $3))`,
     ),
     // $1 internal target. Per group: its unfinished jobs, events of its types the fan-out has not
     // reached yet (none for a group reading from a broker), and the duplicates its inbox rejected.

@@ -29,14 +29,16 @@ export function outboxQueries(quotedSchema: string): OutboxQueries {
     insertInTransaction: q('outbox_insert_tx', `${INSERT_SELECT(s)} WHERE pg_current_xact_id() = $12::xid8 ORDER BY u.ord RETURNING id`),
     currentXid: q('outbox_current_xid', `SELECT pg_current_xact_id()::text AS xid`),
     // $1 retention ms, $2 batch. Only rows every relay target has passed (in (xid, position) order).
+    // The batch's positions as an array, so that every plan deletes them by primary key (as
+    // `IN (…)`, the generic plan read the whole outbox for each batch).
     prune: q(
       'outbox_prune',
-      `DELETE FROM ${s}.outbox WHERE position IN (
+      `DELETE FROM ${s}.outbox WHERE position = ANY (ARRAY(
          SELECT o.position FROM ${s}.outbox AS o
           WHERE o.created_at < now() - $1::bigint * interval '1 millisecond'
             AND NOT EXISTS (SELECT 1 FROM ${s}.relay_cursors AS c WHERE (o.xid, o.position) > (c.cursor_xid, c.cursor_position))
           ORDER BY o.created_at
-          LIMIT $2)`,
+          LIMIT $2))`,
     ),
     // $1 batch. Key rows untouched for an hour. A publisher holding one makes the delete wait and
     // then find it touched (ON CONFLICT re-checks), or re-creates it: order is kept either way.

@@ -14,21 +14,23 @@ export function retentionQueries(quotedSchema: string): RetentionQueries {
   const q = namedQueries(quotedSchema);
   return {
     // $1 states, $2 age ms, $3 batch. Errors and step results go with their job (ON DELETE CASCADE).
+    // Each batch's ids as an array, so that every plan deletes them by primary key (as `IN (…)`,
+    // PostgreSQL read the whole table once more for each batch).
     pruneByAge: q(
       'prune_by_age',
-      `DELETE FROM ${s}.jobs WHERE id IN (
+      `DELETE FROM ${s}.jobs WHERE id = ANY (ARRAY(
          SELECT id FROM ${s}.jobs
           WHERE state = ANY($1::text[]) AND finished_at < now() - $2::bigint * interval '1 millisecond'
-          LIMIT $3)`,
+          LIMIT $3))`,
     ),
     // $1 completed jobs to keep per queue (newest first), $2 batch
     pruneCompletedByCount: q(
       'prune_by_count',
-      `DELETE FROM ${s}.jobs WHERE id IN (
+      `DELETE FROM ${s}.jobs WHERE id = ANY (ARRAY(
          SELECT id FROM (
            SELECT id, row_number() OVER (PARTITION BY queue ORDER BY finished_at DESC) AS rn
              FROM ${s}.jobs WHERE state = 'completed') AS ranked
-          WHERE rn > $1 LIMIT $2)`,
+          WHERE rn > $1 LIMIT $2))`,
     ),
     // $1 batch. A key row untouched for an hour with no job holding it; re-created on next use.
     pruneIdleOrderingKeys: q(
