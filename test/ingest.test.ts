@@ -203,6 +203,24 @@ for (const db of testDatabases()) {
       await consumer.stop();
     });
 
+    it('a group with a source makes no internal cursor: a relay without the internal target prunes what it delivered and reports no internal backlog', async () => {
+      const t = await db.open();
+      const { consumer } = await shippingGroup(t);
+      await t.mailroom.publish(shipped, { order: 'A-1' });
+      await t.mailroom.publish(shipped, { order: 'A-2' });
+      const sent: string[] = [];
+      const relay = t.mailroom.relay({ internal: false, to: [{ name: 'broker', publish: async (events) => void sent.push(...events.map((e) => e.position)) }], retention: 0 });
+      await flushUntil(relay, 2, 'broker');
+      assert.equal(sent.length, 2);
+      const stats = await t.mailroom.stats();
+      assert.deepEqual(Object.keys(stats.relay), ['broker'], 'only the target that runs has a cursor');
+      assert.equal(stats.relay.broker!.unpublished, 0);
+      // Before: the group's registration made an `internal` cursor that never moved, which kept every event.
+      assert.deepEqual(await relay.prune(), { events: 2 });
+      await relay.stop();
+      await consumer.stop();
+    });
+
     it('refuses bad source options with an error naming the option', async () => {
       const t = await db.open();
       const handlers = { [shipped.type]: async () => {} };

@@ -203,17 +203,23 @@ export class Consumer extends SafeEmitter<ConsumerEvents> {
   }
 
   /**
-   * Upserts the group in one transaction that holds the internal cursor (so no
-   * fan-out commits in between), and backfills a new `from: 'earliest'` group
-   * with the events already fanned out, in position order.
+   * Upserts the group. A group of internal events is registered in a
+   * transaction that holds the internal cursor (so no fan-out commits in
+   * between), and a new `from: 'earliest'` one is backfilled with the events
+   * already fanned out, in position order. A group reading from a broker
+   * leaves the cursor alone: made for it, a cursor no relay moves would keep
+   * every event from retention and read as an internal backlog.
    */
   private async register(): Promise<void> {
     const { driver, queries } = this.deps;
     const r = this.resolved;
     await driver.transaction(async (tx) => {
-      await tx.query(queries.ensureInternalCursor.text, [INTERNAL_TARGET]);
-      const { rows } = await tx.query<{ cursor_xid: string; cursor_position: string }>(queries.lockInternalCursor.text, [INTERNAL_TARGET]);
-      const cursor = rows[0]!;
+      let cursor: { cursor_xid: string; cursor_position: string } | null = null;
+      if (r.source === null) {
+        await tx.query(queries.ensureInternalCursor.text, [INTERNAL_TARGET]);
+        const { rows } = await tx.query<{ cursor_xid: string; cursor_position: string }>(queries.lockInternalCursor.text, [INTERNAL_TARGET]);
+        cursor = rows[0]!;
+      }
       const { rows: registered } = await tx.query<{ created: boolean }>(queries.registerGroup.text, [
         r.group,
         r.queue,
@@ -224,7 +230,7 @@ export class Consumer extends SafeEmitter<ConsumerEvents> {
         r.inboxRetentionMs,
         r.source === null ? null : this.source,
       ]);
-      if (registered[0]?.created && r.from === 'earliest' && r.source === null) await this.backfill(tx, cursor.cursor_xid, cursor.cursor_position);
+      if (registered[0]?.created && r.from === 'earliest' && cursor !== null) await this.backfill(tx, cursor.cursor_xid, cursor.cursor_position);
     });
   }
 
