@@ -58,19 +58,30 @@ export function adminQueries(quotedSchema: string): AdminQueries {
          JOIN ${s}.jobs AS o ON o.type = j.type AND o.dedup_key = j.dedup_key AND o.id <> j.id
         WHERE j.id = $1 AND o.state IN ('scheduled', 'available', 'active', 'retrying')`,
     ),
+    // Per queue, each count read through the index whose predicate it matches (waiting and not
+    // blocked: jobs_claim_idx; blocked: jobs_ordering_idx, as only the ordering trigger blocks a job
+    // and only a keyed one; active: jobs_lease_idx; dead: jobs_finished_idx), so the cost follows
+    // the unfinished and dead jobs. As one scan filtered on all five states, PostgreSQL read the
+    // whole table, completed history included (263 ms for 2,800 such jobs beside 2,000,000 completed).
     queueCounts: q(
       'queue_counts',
-      `SELECT queue,
-              count(*) FILTER (WHERE state IN ${WAITING} AND NOT blocked AND run_at <= now())::int AS available,
-              count(*) FILTER (WHERE state = 'scheduled' AND NOT blocked AND run_at > now())::int AS scheduled,
-              count(*) FILTER (WHERE state = 'retrying' AND NOT blocked AND run_at > now())::int AS retrying,
-              count(*) FILTER (WHERE state IN ${WAITING} AND blocked)::int AS blocked,
-              count(*) FILTER (WHERE state = 'active')::int AS active,
-              count(*) FILTER (WHERE state = 'dead')::int AS dead,
-              COALESCE(extract(epoch FROM now() - min(run_at) FILTER (WHERE state IN ${WAITING} AND NOT blocked AND run_at <= now())), 0)::float8
-                AS oldest_age_seconds
-         FROM ${s}.jobs
-        WHERE state IN ('scheduled', 'available', 'active', 'retrying', 'dead')
+      `SELECT queue, sum(available)::int AS available, sum(scheduled)::int AS scheduled, sum(retrying)::int AS retrying,
+              sum(blocked)::int AS blocked, sum(active)::int AS active, sum(dead)::int AS dead,
+              COALESCE(extract(epoch FROM now() - min(oldest)), 0)::float8 AS oldest_age_seconds
+         FROM (
+           SELECT queue, count(*) FILTER (WHERE run_at <= now()) AS available,
+                  count(*) FILTER (WHERE state = 'scheduled' AND run_at > now()) AS scheduled,
+                  count(*) FILTER (WHERE state = 'retrying' AND run_at > now()) AS retrying,
+                  0 AS blocked, 0 AS active, 0 AS dead, min(run_at) FILTER (WHERE run_at <= now()) AS oldest
+             FROM ${s}.jobs WHERE state IN ${WAITING} AND NOT blocked GROUP BY queue
+           UNION ALL
+           SELECT queue, 0, 0, 0, count(*), 0, 0, NULL FROM ${s}.jobs
+            WHERE state IN ${WAITING} AND blocked AND ordering_key IS NOT NULL GROUP BY queue
+           UNION ALL
+           SELECT queue, 0, 0, 0, 0, count(*), 0, NULL FROM ${s}.jobs WHERE state = 'active' GROUP BY queue
+           UNION ALL
+           SELECT queue, 0, 0, 0, 0, 0, count(*), NULL FROM ${s}.jobs WHERE state = 'dead' GROUP BY queue
+         ) AS parts
         GROUP BY queue`,
     ),
     completedLastMinute: q(
