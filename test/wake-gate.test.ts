@@ -179,6 +179,34 @@ for (const db of testDatabases()) {
       }
     });
 
+    it(
+      'a listener looks once more after the transactions that may have missed its row ended, however late in its looks they commit',
+      { skip: db.name === 'pglite' ? 'PGlite serves one connection: no transaction runs beside the gate' : false },
+      async () => {
+        const t = await db.open();
+        const driver = await connect(await db.handle(), 4);
+        const client = await ((await db.handle()) as pg.Pool).connect();
+        const errors: unknown[] = [];
+        const gate = new WakeGate(driver, wakeGateQueries(quoteSchema(t.schema)), ['queue:g'], 'settler', 60_000, (e) => void errors.push(e));
+        try {
+          await client.query('BEGIN');
+          await client.query('SELECT pg_current_xact_id()'); // running, with an xid, when the gate records itself
+          assert.equal(await gate.idle(), FAST_POLL_MS, 'just recorded: look again soon');
+          const waiting = await gate.idle();
+          assert.ok(waiting >= FAST_POLL_MS && waiting <= 200, `that transaction still runs: look again within 200 ms (${waiting})`);
+          // It commits between the listener's look and its next check: what it wrote has not been seen yet.
+          await client.query('COMMIT');
+          assert.equal(await gate.idle(), FAST_POLL_MS, 'settled: one more look, for what it committed');
+          assert.equal(await gate.idle(), 60_000, 'then sleep until the poll');
+          assert.deepEqual(errors, []);
+        } finally {
+          client.release();
+          await gate.close();
+          await driver.close();
+        }
+      },
+    );
+
     it("a sleeping listener refreshes its row before others would take it for a crashed one's; rows of listeners gone for 10 minutes are dropped, on every channel", async () => {
       const t = await db.open();
       const driver = await connect(await db.handle(), 4);

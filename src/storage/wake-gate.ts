@@ -5,10 +5,10 @@
  * PostgreSQL commits notifying transactions one at a time (a lock held
  * through the WAL flush), so a NOTIFY in every publish caps concurrent
  * publishers at what one disk flush after another allows. So:
- * - a listener that finds nothing to do records itself, then looks once more
- *   until every transaction that was running at that moment has ended (one of
- *   them may have checked the table just before the row was there, and will
- *   send nothing when it commits);
+ * - a listener that finds nothing to do records itself, then keeps looking
+ *   until every transaction that was running at that moment has ended, and
+ *   once more after that (one of them may have checked the table just before
+ *   the row was there, and will send nothing when it commits);
  * - a listener woken more than {@link BUSY_NOTIFIES} times within
  *   {@link BUSY_WINDOW_MS} takes its row away and polls every
  *   {@link FAST_POLL_MS} instead, until it has found nothing for
@@ -152,8 +152,11 @@ export class WakeGate {
       }
       if (this.settling !== null) {
         const { rows } = await this.driver.run<{ settled: boolean }>(this.queries.settled, [this.settling]);
-        if (rows[0]!.settled) this.settling = null;
-        else {
+        if (rows[0]!.settled) {
+          // The last of them may have committed after the listener's last look: one more look.
+          this.settling = null;
+          return FAST_POLL_MS;
+        } else {
           this.settleDelay = Math.min(SETTLE_MAX_MS, this.pollMs, this.settleDelay * 2);
           return this.settleDelay;
         }
