@@ -42,10 +42,11 @@ export function outboxQueries(quotedSchema: string): OutboxQueries {
     ),
     // $1 batch. Key rows untouched for an hour. A publisher holding one makes the delete wait and
     // then find it touched (ON CONFLICT re-checks), or re-creates it: order is kept either way.
+    // The batch's keys as an array, deleted by primary key in every plan.
     pruneKeys: q(
       'outbox_prune_keys',
-      `DELETE FROM ${s}.outbox_keys WHERE key IN (
-         SELECT key FROM ${s}.outbox_keys WHERE touched_at < now() - interval '1 hour' LIMIT $1)
+      `DELETE FROM ${s}.outbox_keys WHERE key = ANY (ARRAY(
+         SELECT key FROM ${s}.outbox_keys WHERE touched_at < now() - interval '1 hour' LIMIT $1))
          AND touched_at < now() - interval '1 hour'`,
     ),
   };

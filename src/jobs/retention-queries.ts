@@ -33,14 +33,17 @@ export function retentionQueries(quotedSchema: string): RetentionQueries {
           WHERE rn > $1 LIMIT $2))`,
     ),
     // $1 batch. A key row untouched for an hour with no job holding it; re-created on next use.
+    // The batch's rows by their ctid (a two-column key has no array form), so every plan deletes
+    // them with a TID scan, not a join that reads the whole table; a row touched meanwhile is a new
+    // version at another ctid, and stays.
     pruneIdleOrderingKeys: q(
       'prune_ordering_keys',
-      `DELETE FROM ${s}.ordering_keys AS k WHERE (k.queue, k.key) IN (
-         SELECT o.queue, o.key FROM ${s}.ordering_keys AS o
+      `DELETE FROM ${s}.ordering_keys AS k WHERE k.ctid = ANY (ARRAY(
+         SELECT o.ctid FROM ${s}.ordering_keys AS o
           WHERE o.touched_at < now() - interval '1 hour'
             AND NOT EXISTS (SELECT 1 FROM ${s}.jobs AS j
                              WHERE j.queue = o.queue AND j.ordering_key = o.key AND j.state NOT IN ('completed', 'cancelled'))
-          LIMIT $1)
+          LIMIT $1))
          AND k.touched_at < now() - interval '1 hour'`,
     ),
   };
