@@ -7,9 +7,9 @@
 import { describe, it } from 'node:test';
 import assert from 'node:assert/strict';
 import { defaultClassifier, defineEvent, handleEvent, RetryableError, snooze, ValidationError, type ConsumedEvent, type ConsumerContext } from '../src/index.ts';
-import pg from 'pg';
 import { consumerQueries } from '../src/consumers/consumer-queries.ts';
-import { databaseUrl, testDatabases, type TestMailroom } from './helpers/databases.ts';
+import { testDatabases, type TestMailroom } from './helpers/databases.ts';
+import { explainPrepared, itPlans, PLAN_MODES } from './helpers/plans.ts';
 import { waitForEvents } from './helpers/events.ts';
 import { flushUntil } from './helpers/relay.ts';
 
@@ -395,37 +395,23 @@ for (const db of testDatabases()) {
       await consumer.stop();
     });
 
-    it(
-      "the inbox lookup probes the group's keys by primary key, even on statistics taken while its inbox was small",
-      { skip: db.name === 'pglite' ? 'needs a session of its own to hold prepared statements' : false },
-      async () => {
-        const t = await db.open();
-        const inbox = `"${t.schema}".inbox`;
-        const session = new pg.Client({ connectionString: databaseUrl });
-        await session.connect();
-        try {
-          // Statistics taken with 10 keys, then 20,000 more: the planner believes the group has a handful.
-          await session.query(`INSERT INTO ${inbox} (consumer_group, event_id) SELECT 'g', gen_random_uuid() FROM generate_series(1, 10)`);
-          await session.query(`ANALYZE ${inbox}`);
-          await session.query(`INSERT INTO ${inbox} (consumer_group, event_id) SELECT 'g', gen_random_uuid() FROM generate_series(1, 20000)`);
-          const [known] = (await session.query<{ event_id: string }>(`SELECT event_id FROM ${inbox} LIMIT 1`)).rows;
-          const asked = [known!.event_id, ...Array.from({ length: 49 }, () => crypto.randomUUID())];
-          const { text } = consumerQueries(`"${t.schema}"`).inboxSeenAmong;
-          const found = await session.query<{ event_id: string }>(text, ['g', asked]);
-          assert.deepEqual(found.rows.map((r) => r.event_id), [known!.event_id], 'the lookup finds the key the inbox holds, and only it');
-          for (const mode of ['force_custom_plan', 'force_generic_plan']) {
-            await session.query(`SET plan_cache_mode = ${mode}`);
-            await session.query(`PREPARE seen_${mode} AS ${text}`);
-            const { rows } = await session.query<{ 'QUERY PLAN': string }>(`EXPLAIN (ANALYZE, COSTS OFF, TIMING OFF, SUMMARY OFF) EXECUTE seen_${mode}('g', '{${asked.join(',')}}')`);
-            const plan = rows.map((r) => r['QUERY PLAN']).join('\n');
-            // Before: a hash join reading all 20,010 keys of the group through inbox_received_idx, per lookup.
-            assert.doesNotMatch(plan, /inbox_received_idx|Hash/, `${mode}:\n${plan}`);
-            assert.match(plan, /Index Only Scan using inbox_pkey on inbox i .*loops=50\)/, `${mode}: one primary-key probe per id asked:\n${plan}`);
-          }
-        } finally {
-          await session.end();
-        }
-      },
-    );
+    itPlans(db, "the inbox lookup probes the group's keys by primary key, even on statistics taken while its inbox was small", async (t, session) => {
+      const inbox = `"${t.schema}".inbox`;
+      // Statistics taken with 10 keys, then 20,000 more: the planner believes the group has a handful.
+      await session.query(`INSERT INTO ${inbox} (consumer_group, event_id) SELECT 'g', gen_random_uuid() FROM generate_series(1, 10)`);
+      await session.query(`ANALYZE ${inbox}`);
+      await session.query(`INSERT INTO ${inbox} (consumer_group, event_id) SELECT 'g', gen_random_uuid() FROM generate_series(1, 20000)`);
+      const [known] = (await session.query<{ event_id: string }>(`SELECT event_id FROM ${inbox} LIMIT 1`)).rows;
+      const asked = [known!.event_id, ...Array.from({ length: 49 }, () => crypto.randomUUID())];
+      const { text } = consumerQueries(`"${t.schema}"`).inboxSeenAmong;
+      const found = await session.query<{ event_id: string }>(text, ['g', asked]);
+      assert.deepEqual(found.rows.map((r) => r.event_id), [known!.event_id], 'the lookup finds the key the inbox holds, and only it');
+      for (const mode of PLAN_MODES) {
+        const plan = await explainPrepared(session, mode, 'seen', text, `'g', '{${asked.join(',')}}'`);
+        // Before: a hash join reading all 20,010 keys of the group through inbox_received_idx, per lookup.
+        assert.doesNotMatch(plan, /inbox_received_idx|Hash/, `${mode}:\n${plan}`);
+        assert.match(plan, /Index Only Scan using inbox_pkey on inbox i .*loops=50\)/, `${mode}: one primary-key probe per id asked:\n${plan}`);
+      }
+    });
   });
 }

@@ -9,11 +9,11 @@
 import { describe, it } from 'node:test';
 import assert from 'node:assert/strict';
 import { defineEvent, handleEvent, INVALID_MESSAGE_TYPE, toEnvelope, ValidationError, type ConsumerContext, type IngestedInfo } from '../src/index.ts';
-import pg from 'pg';
 import { ingestQueries } from '../src/consumers/ingest-queries.ts';
-import { databaseUrl, testDatabases, type TestMailroom } from './helpers/databases.ts';
+import { testDatabases, type TestMailroom } from './helpers/databases.ts';
 import { waitForEvents } from './helpers/events.ts';
 import { flushUntil } from './helpers/relay.ts';
+import { explainPrepared, itPlans, PLAN_MODES } from './helpers/plans.ts';
 import { scriptedSource } from './helpers/scripted-source.ts';
 
 const shipped = defineEvent<{ order: string }>('ingest.order-shipped', { version: 1 });
@@ -229,43 +229,29 @@ for (const db of testDatabases()) {
       assert.throws(() => t.mailroom.consumer({ group: 'g', source: scriptedSource(), maxMessageBytes: 0, handlers }), (e: unknown) => e instanceof ValidationError && /maxMessageBytes/.test(e.message));
     });
 
-    it(
-      'storing a batch probes the primary key for each message already stored, even on statistics taken while the table was small',
-      { skip: db.name === 'pglite' ? 'needs a session of its own to hold prepared statements' : false },
-      async () => {
-        const t = await db.open();
-        const jobs = `"${t.schema}".jobs`;
-        const session = new pg.Client({ connectionString: databaseUrl });
-        await session.connect();
-        const insertJobs = (n: number) =>
-          session.query(`INSERT INTO ${jobs} (id, queue, type, state, max_attempts, payload) SELECT gen_random_uuid(), 'consumer.g', 'x.y', 'completed', 5, '{}' FROM generate_series(1, ${n})`);
-        try {
-          // Statistics taken with 10 jobs, then 20,000 more (a group's completed history): the planner believes there are a handful.
-          await insertJobs(10);
-          await session.query(`ANALYZE ${jobs}`);
-          await insertJobs(20_000);
-          const [stored] = (await session.query<{ id: string }>(`SELECT id FROM ${jobs} LIMIT 1`)).rows;
-          const ids = [stored!.id, ...Array.from({ length: 199 }, () => crypto.randomUUID())];
-          const list = (values: readonly (string | null)[]) => `'{${values.map((v) => (v === null ? 'NULL' : `"${v.replace(/"/g, '\\"')}"`)).join(',')}}'`;
-          const envelope = JSON.stringify({ specversion: '1.0', id: 'e', type: 'x.y', data: { n: 1 } });
-          const args = [list(ids), list(ids.map(() => 'x.y')), list(ids.map((_, i) => `k${i}`)), list(ids.map(() => null)), list(ids.map(() => envelope)), "'consumer.g'", '5', 'NULL'].join(', ');
-          const { text } = ingestQueries(`"${t.schema}"`).storeEvents;
-          for (const mode of ['force_custom_plan', 'force_generic_plan']) {
-            await session.query(`SET plan_cache_mode = ${mode}`);
-            await session.query(`PREPARE store_${mode} AS ${text}`);
-            await session.query('BEGIN');
-            const { rows } = await session.query<{ 'QUERY PLAN': string }>(`EXPLAIN (ANALYZE, COSTS OFF, TIMING OFF, SUMMARY OFF) EXECUTE store_${mode}(${args})`);
-            await session.query('ROLLBACK');
-            const plan = rows.map((r) => r['QUERY PLAN']).join('\n');
-            assert.match(plan, /Tuples Inserted: 199\b/, `${mode}: the message already stored is skipped, the others stored:\n${plan}`);
-            // Before: a hash anti-join over every job of the table (all 20,010 rows) for each batch.
-            assert.doesNotMatch(plan, /Seq Scan on jobs|Hash/, `${mode}:\n${plan}`);
-            assert.match(plan, /Index (Only )?Scan using jobs_pkey on jobs j .*loops=200\)/, `${mode}: one primary-key probe per message:\n${plan}`);
-          }
-        } finally {
-          await session.end();
-        }
-      },
-    );
+    itPlans(db, 'storing a batch probes the primary key for each message already stored, even on statistics taken while the table was small', async (t, session) => {
+      const jobs = `"${t.schema}".jobs`;
+      const insertJobs = (n: number) =>
+        session.query(`INSERT INTO ${jobs} (id, queue, type, state, max_attempts, payload) SELECT gen_random_uuid(), 'consumer.g', 'x.y', 'completed', 5, '{}' FROM generate_series(1, ${n})`);
+      // Statistics taken with 10 jobs, then 20,000 more (a group's completed history): the planner believes there are a handful.
+      await insertJobs(10);
+      await session.query(`ANALYZE ${jobs}`);
+      await insertJobs(20_000);
+      const [stored] = (await session.query<{ id: string }>(`SELECT id FROM ${jobs} LIMIT 1`)).rows;
+      const ids = [stored!.id, ...Array.from({ length: 199 }, () => crypto.randomUUID())];
+      const list = (values: readonly (string | null)[]) => `'{${values.map((v) => (v === null ? 'NULL' : `"${v.replace(/"/g, '\\"')}"`)).join(',')}}'`;
+      const envelope = JSON.stringify({ specversion: '1.0', id: 'e', type: 'x.y', data: { n: 1 } });
+      const args = [list(ids), list(ids.map(() => 'x.y')), list(ids.map((_, i) => `k${i}`)), list(ids.map(() => null)), list(ids.map(() => envelope)), "'consumer.g'", '5', 'NULL'].join(', ');
+      const { text } = ingestQueries(`"${t.schema}"`).storeEvents;
+      for (const mode of PLAN_MODES) {
+        await session.query('BEGIN');
+        const plan = await explainPrepared(session, mode, 'store', text, args);
+        await session.query('ROLLBACK');
+        assert.match(plan, /Tuples Inserted: 199\b/, `${mode}: the message already stored is skipped, the others stored:\n${plan}`);
+        // Before: a hash anti-join over every job of the table (all 20,010 rows) for each batch.
+        assert.doesNotMatch(plan, /Seq Scan on jobs|Hash/, `${mode}:\n${plan}`);
+        assert.match(plan, /Index (Only )?Scan using jobs_pkey on jobs j .*loops=200\)/, `${mode}: one primary-key probe per message:\n${plan}`);
+      }
+    });
   });
 }

@@ -12,6 +12,7 @@ import { databaseUrl, testDatabases, uniqueSchema } from './helpers/databases.ts
 import { jobQueries } from '../src/jobs/queries.ts';
 import { controlQueries } from '../src/jobs/control-queries.ts';
 import { eventually, freezeHeartbeats, waitForEvents } from './helpers/events.ts';
+import { explainPrepared, itPlans, PLAN_MODES } from './helpers/plans.ts';
 
 const quick = { maxAttempts: 3, backoff: { base: 5, max: 10 } } as const;
 
@@ -489,111 +490,81 @@ for (const db of testDatabases()) {
       assert.ok(maxActive <= 45, `at most 3 x (concurrency + prefetch) = 45 jobs active at once, saw ${maxActive}`);
     });
 
-    it(
-      "a worker's fenced writes probe the primary key per id, even on statistics taken while no job was active",
-      { skip: db.name === 'pglite' ? 'needs a session of its own to hold prepared statements' : false },
-      async () => {
-        const t = await db.open();
-        const job = defineJob<{ n: number }>('plan.noop', { queue: 'plan' });
-        await t.mailroom.enqueueMany(job, Array.from({ length: 3000 }, (_, n) => ({ n })));
-        const session = new pg.Client({ connectionString: databaseUrl });
-        await session.connect();
-        try {
-          // Every job waiting: the statistics say none is active (a backlog loaded, analyzed before its drain).
-          await session.query(`ANALYZE "${t.schema}".jobs`);
-          const q = jobQueries(`"${t.schema}"`);
-          const claimed = await session.query<{ id: string; claim_count: number }>({ text: q.claim.text, values: ['plan', 1000, 30_000, 'plan-test'] });
-          assert.equal(claimed.rowCount, 1000);
-          const ids = `'{${claimed.rows.map((r) => r.id).join(',')}}'`;
-          const claims = `'{${claimed.rows.map((r) => r.claim_count).join(',')}}'`;
-          const writes = [
-            ['complete', q.complete.text, `${ids}, ${claims}`],
-            ['complete_recording_inbox', q.completeRecordingInbox.text, `${ids}, ${claims}, '{}', '{}'`],
-            ['heartbeat', q.heartbeat.text, `${ids}, ${claims}, 30000`],
-            ['release_many', q.releaseMany.text, `${ids}, ${claims}`],
-            ['rescue', q.rescueExpired.text, `1000, 'lease expired'`],
-          ] as const;
-          // A worker's connection plans each statement for its batch first (custom), then keeps a generic plan
-          // (the batch's size unknown). Reading every active job through the lease index and comparing each with
-          // every id of the batch took 610 ms here for the generic plan (10-14 ms probing the primary key); lease
-          // rescue of 1,000 expired leases among 3,000 active jobs took 476-515 ms (22-52 ms).
-          for (const mode of ['force_custom_plan', 'force_generic_plan']) {
-            await session.query(`SET plan_cache_mode = ${mode}`);
-            for (const [name, text, args] of writes) {
-              await session.query(`PREPARE plan_${name}_${mode} AS ${text}`);
-              const { rows } = await session.query<{ 'QUERY PLAN': string }>(`EXPLAIN (COSTS OFF) EXECUTE plan_${name}_${mode}(${args})`);
-              const plan = rows.map((r) => r['QUERY PLAN']).join('\n');
-              // (Lease rescue finds its expired leases through the lease index: `on jobs`, not the fenced `jobs j`.)
-              assert.doesNotMatch(plan, /jobs_lease_idx on jobs j/, `${name}, ${mode}:\n${plan}`);
-              const probes = /Nested Loop\n\s+->  (Function Scan on c|CTE Scan on expired e)\n\s+->  Index Scan using jobs_pkey on jobs j/.test(plan);
-              const hashes = /Hash Cond: \(\((c|e)\.id = j\.id\)|Hash Cond: \(\(j\.id = (c|e)\.id\)/.test(plan);
-              assert.ok(probes || hashes, `${name}, ${mode}: the join probes the primary key per id or hashes on it, never a loop comparing every pair:\n${plan}`);
-            }
-            // A single job's failure and snooze read every active job through the lease index on such statistics
-            // (2,999 rows removed by the filter here): they look it up by its primary key.
-            const [one] = claimed.rows;
-            const single = [
-              ['fail', q.fail.text, `'${one!.id}', ${one!.claim_count}, true, 1000, null, 'transient', 'failed', null`],
-              ['reschedule', q.reschedule.text, `'${one!.id}', ${one!.claim_count}, 0`],
-            ] as const;
-            for (const [name, text, args] of single) {
-              await session.query(`PREPARE plan_${name}_${mode} AS ${text}`);
-              const { rows } = await session.query<{ 'QUERY PLAN': string }>(`EXPLAIN (COSTS OFF) EXECUTE plan_${name}_${mode}(${args})`);
-              const plan = rows.map((r) => r['QUERY PLAN']).join('\n');
-              assert.doesNotMatch(plan, /jobs_lease_idx/, `${name}, ${mode}:\n${plan}`);
-              assert.match(plan, /Index Scan using jobs_pkey on jobs/, `${name}, ${mode}:\n${plan}`);
-            }
-          }
-        } finally {
-          await session.end();
+    itPlans(db, "a worker's fenced writes probe the primary key per id, even on statistics taken while no job was active", async (t, session) => {
+      const job = defineJob<{ n: number }>('plan.noop', { queue: 'plan' });
+      await t.mailroom.enqueueMany(job, Array.from({ length: 3000 }, (_, n) => ({ n })));
+      // Every job waiting: the statistics say none is active (a backlog loaded, analyzed before its drain).
+      await session.query(`ANALYZE "${t.schema}".jobs`);
+      const q = jobQueries(`"${t.schema}"`);
+      const claimed = await session.query<{ id: string; claim_count: number }>({ text: q.claim.text, values: ['plan', 1000, 30_000, 'plan-test'] });
+      assert.equal(claimed.rowCount, 1000);
+      const ids = `'{${claimed.rows.map((r) => r.id).join(',')}}'`;
+      const claims = `'{${claimed.rows.map((r) => r.claim_count).join(',')}}'`;
+      const writes = [
+        ['complete', q.complete.text, `${ids}, ${claims}`],
+        ['complete_recording_inbox', q.completeRecordingInbox.text, `${ids}, ${claims}, '{}', '{}'`],
+        ['heartbeat', q.heartbeat.text, `${ids}, ${claims}, 30000`],
+        ['release_many', q.releaseMany.text, `${ids}, ${claims}`],
+        ['rescue', q.rescueExpired.text, `1000, 'lease expired'`],
+      ] as const;
+      // A worker's connection plans each statement for its batch first (custom), then keeps a generic plan
+      // (the batch's size unknown). Reading every active job through the lease index and comparing each with
+      // every id of the batch took 610 ms here for the generic plan (10-14 ms probing the primary key); lease
+      // rescue of 1,000 expired leases among 3,000 active jobs took 476-515 ms (22-52 ms).
+      for (const mode of PLAN_MODES) {
+        for (const [name, text, args] of writes) {
+          const plan = await explainPrepared(session, mode, `plan_${name}`, text, args, 'COSTS OFF');
+          // (Lease rescue finds its expired leases through the lease index: `on jobs`, not the fenced `jobs j`.)
+          assert.doesNotMatch(plan, /jobs_lease_idx on jobs j/, `${name}, ${mode}:\n${plan}`);
+          const probes = /Nested Loop\n\s+->  (Function Scan on c|CTE Scan on expired e)\n\s+->  Index Scan using jobs_pkey on jobs j/.test(plan);
+          const hashes = /Hash Cond: \(\((c|e)\.id = j\.id\)|Hash Cond: \(\(j\.id = (c|e)\.id\)/.test(plan);
+          assert.ok(probes || hashes, `${name}, ${mode}: the join probes the primary key per id or hashes on it, never a loop comparing every pair:\n${plan}`);
         }
-      },
-    );
+        // A single job's failure and snooze read every active job through the lease index on such statistics
+        // (2,999 rows removed by the filter here): they look it up by its primary key.
+        const [one] = claimed.rows;
+        const single = [
+          ['fail', q.fail.text, `'${one!.id}', ${one!.claim_count}, true, 1000, null, 'transient', 'failed', null`],
+          ['reschedule', q.reschedule.text, `'${one!.id}', ${one!.claim_count}, 0`],
+        ] as const;
+        for (const [name, text, args] of single) {
+          const plan = await explainPrepared(session, mode, `plan_${name}`, text, args, 'COSTS OFF');
+          assert.doesNotMatch(plan, /jobs_lease_idx/, `${name}, ${mode}:\n${plan}`);
+          assert.match(plan, /Index Scan using jobs_pkey on jobs/, `${name}, ${mode}:\n${plan}`);
+        }
+      }
+    });
 
-    it(
-      'a claim updates the jobs it picked by primary key, however much completed history the table holds',
-      { skip: db.name === 'pglite' ? 'needs a session of its own to hold prepared statements' : false },
-      async () => {
-        const t = await db.open();
-        const jobs = `"${t.schema}".jobs`;
-        const session = new pg.Client({ connectionString: databaseUrl });
-        await session.connect();
-        try {
-          // 60,000 jobs, 2,000 of them waiting: with the picked jobs joined to the table, PostgreSQL hashed them
-          // and read all 60,000 rows for each claim (19 ms against 6 for a claim of 1,000 here).
-          await session.query(
-            `INSERT INTO ${jobs} (id, queue, type, state, max_attempts, payload, finished_at)
-             SELECT gen_random_uuid(), 'plan', 'plan.noop', CASE WHEN n <= 58000 THEN 'completed' ELSE 'available' END, 5, '{}',
-                    CASE WHEN n <= 58000 THEN now() END
-               FROM generate_series(1, 60000) AS n`,
-          );
-          await session.query(`ANALYZE ${jobs}`);
-          const q = jobQueries(`"${t.schema}"`);
-          const controls = controlQueries(`"${t.schema}"`);
-          await session.query(controls.configure.text, ['plan', null, null, 5000]);
-          const claims = [
-            ['claim', q.claim.text, `'plan', 1000, 30000, 'plan-test'`],
-            ['claim_with_followers', q.claimWithFollowers.text, `'plan', 1000, 30000, 'plan-test', 0, '{}', '{}', 0`],
-            ['claim_controlled', controls.claimControlled.text, `'plan', 1000, 30000, 'plan-test'`],
-          ] as const;
-          for (const mode of ['force_custom_plan', 'force_generic_plan']) {
-            await session.query(`SET plan_cache_mode = ${mode}`);
-            for (const [name, text, args] of claims) {
-              await session.query(`PREPARE ${name}_${mode} AS ${text}`);
-              await session.query('BEGIN');
-              const { rows } = await session.query<{ 'QUERY PLAN': string }>(`EXPLAIN (ANALYZE, COSTS OFF, TIMING OFF, SUMMARY OFF) EXECUTE ${name}_${mode}(${args})`);
-              await session.query('ROLLBACK');
-              const plan = rows.map((r) => r['QUERY PLAN']).join('\n');
-              assert.match(plan, /Update on jobs j \(actual rows=1000 loops=1\)/, `${name}, ${mode}: 1,000 jobs claimed:\n${plan}`);
-              assert.match(plan, /(Index Scan using jobs_pkey on jobs j|Bitmap Index Scan on jobs_pkey) \(actual rows=\d+ loops=1\)/, `${name}, ${mode}: the picked jobs found by primary key:\n${plan}`);
-              assert.doesNotMatch(plan, /Seq Scan on jobs|Hash Join/, `${name}, ${mode}:\n${plan}`);
-            }
-          }
-        } finally {
-          await session.end();
+    itPlans(db, 'a claim updates the jobs it picked by primary key, however much completed history the table holds', async (t, session) => {
+      const jobs = `"${t.schema}".jobs`;
+      // 60,000 jobs, 2,000 of them waiting: with the picked jobs joined to the table, PostgreSQL hashed them
+      // and read all 60,000 rows for each claim (19 ms against 6 for a claim of 1,000 here).
+      await session.query(
+        `INSERT INTO ${jobs} (id, queue, type, state, max_attempts, payload, finished_at)
+         SELECT gen_random_uuid(), 'plan', 'plan.noop', CASE WHEN n <= 58000 THEN 'completed' ELSE 'available' END, 5, '{}',
+                CASE WHEN n <= 58000 THEN now() END
+           FROM generate_series(1, 60000) AS n`,
+      );
+      await session.query(`ANALYZE ${jobs}`);
+      const q = jobQueries(`"${t.schema}"`);
+      const controls = controlQueries(`"${t.schema}"`);
+      await session.query(controls.configure.text, ['plan', null, null, 5000]);
+      const claims = [
+        ['claim', q.claim.text, `'plan', 1000, 30000, 'plan-test'`],
+        ['claim_with_followers', q.claimWithFollowers.text, `'plan', 1000, 30000, 'plan-test', 0, '{}', '{}', 0`],
+        ['claim_controlled', controls.claimControlled.text, `'plan', 1000, 30000, 'plan-test'`],
+      ] as const;
+      for (const mode of PLAN_MODES) {
+        for (const [name, text, args] of claims) {
+          await session.query('BEGIN');
+          const plan = await explainPrepared(session, mode, name, text, args);
+          await session.query('ROLLBACK');
+          assert.match(plan, /Update on jobs j \(actual rows=1000 loops=1\)/, `${name}, ${mode}: 1,000 jobs claimed:\n${plan}`);
+          assert.match(plan, /(Index Scan using jobs_pkey on jobs j|Bitmap Index Scan on jobs_pkey) \(actual rows=\d+ loops=1\)/, `${name}, ${mode}: the picked jobs found by primary key:\n${plan}`);
+          assert.doesNotMatch(plan, /Seq Scan on jobs|Hash Join/, `${name}, ${mode}:\n${plan}`);
         }
-      },
-    );
+      }
+    });
 
     it('a worker starts the jobs of one claim in claim order: highest priority first, then oldest', async () => {
       const { mailroom } = await db.open();

@@ -7,10 +7,10 @@
  */
 import { describe, it } from 'node:test';
 import assert from 'node:assert/strict';
-import pg from 'pg';
 import { adminQueries } from '../src/jobs/admin-queries.ts';
 import { consumerQueries } from '../src/consumers/consumer-queries.ts';
-import { databaseUrl, testDatabases, type TestMailroom } from './helpers/databases.ts';
+import { testDatabases, type TestMailroom } from './helpers/databases.ts';
+import { explainPrepared, itPlans, PLAN_MODES } from './helpers/plans.ts';
 
 const WAITING = `('available', 'scheduled', 'retrying')`;
 
@@ -78,45 +78,31 @@ for (const db of testDatabases()) {
       }
     });
 
-    it(
-      'reads unfinished and dead jobs through indexes, not the completed history, in custom and generic plans alike',
-      { skip: db.name === 'pglite' ? 'needs a session of its own to hold prepared statements' : false },
-      async () => {
-        const t = await db.open();
-        const s = `"${t.schema}"`;
-        const consumer = t.mailroom.consumer({ group: 'tally', handlers: { 'stats.other': () => {} } });
-        await consumer.start();
-        await consumer.stop();
-        await jobsInEveryState(t, 'plain');
-        await jobsInEveryState(t, 'consumer.tally');
-        await t.sql(
-          `INSERT INTO ${s}.jobs (id, queue, type, state, max_attempts, payload, finished_at)
-           SELECT gen_random_uuid(), CASE WHEN n % 2 = 0 THEN 'plain' ELSE 'consumer.tally' END, 'stats.plan', 'completed', 5, '{}', now() - interval '1 hour'
-             FROM generate_series(1, 20000) AS n`,
-        );
-        await t.sql(`ANALYZE ${s}.jobs`);
-        const session = new pg.Client({ connectionString: databaseUrl });
-        await session.connect();
-        try {
-          const statements = [
-            ['queue_counts', adminQueries(s).queueCounts.text, ''],
-            ['group_stats', consumerQueries(s).groupStats.text, `('internal')`],
-          ] as const;
-          for (const mode of ['force_custom_plan', 'force_generic_plan']) {
-            await session.query(`SET plan_cache_mode = ${mode}`);
-            for (const [name, text, args] of statements) {
-              await session.query(`PREPARE ${name}_${mode} AS ${text}`);
-              const { rows } = await session.query<{ 'QUERY PLAN': string }>(`EXPLAIN (ANALYZE, COSTS OFF, TIMING OFF, SUMMARY OFF) EXECUTE ${name}_${mode}${args}`);
-              const plan = rows.map((r) => r['QUERY PLAN']).join('\n');
-              assert.doesNotMatch(plan, /Seq Scan on jobs/, `${name}, ${mode}:\n${plan}`);
-              // No node of the plan reads more rows than there are unfinished and dead jobs (15 per queue).
-              for (const [, read] of plan.matchAll(/on jobs \w+ \(actual rows=(\d+)/g)) assert.ok(Number(read) <= 15, `${name}, ${mode}: read ${read} rows:\n${plan}`);
-            }
-          }
-        } finally {
-          await session.end();
+    itPlans(db, 'reads unfinished and dead jobs through indexes, not the completed history, in custom and generic plans alike', async (t, session) => {
+      const s = `"${t.schema}"`;
+      const consumer = t.mailroom.consumer({ group: 'tally', handlers: { 'stats.other': () => {} } });
+      await consumer.start();
+      await consumer.stop();
+      await jobsInEveryState(t, 'plain');
+      await jobsInEveryState(t, 'consumer.tally');
+      await t.sql(
+        `INSERT INTO ${s}.jobs (id, queue, type, state, max_attempts, payload, finished_at)
+         SELECT gen_random_uuid(), CASE WHEN n % 2 = 0 THEN 'plain' ELSE 'consumer.tally' END, 'stats.plan', 'completed', 5, '{}', now() - interval '1 hour'
+           FROM generate_series(1, 20000) AS n`,
+      );
+      await t.sql(`ANALYZE ${s}.jobs`);
+      const statements = [
+        ['queue_counts', adminQueries(s).queueCounts.text, ''],
+        ['group_stats', consumerQueries(s).groupStats.text, `'internal'`],
+      ] as const;
+      for (const mode of PLAN_MODES) {
+        for (const [name, text, args] of statements) {
+          const plan = await explainPrepared(session, mode, name, text, args);
+          assert.doesNotMatch(plan, /Seq Scan on jobs/, `${name}, ${mode}:\n${plan}`);
+          // No node of the plan reads more rows than there are unfinished and dead jobs (15 per queue).
+          for (const [, read] of plan.matchAll(/on jobs \w+ \(actual rows=(\d+)/g)) assert.ok(Number(read) <= 15, `${name}, ${mode}: read ${read} rows:\n${plan}`);
         }
-      },
-    );
+      }
+    });
   });
 }
