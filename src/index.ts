@@ -58,6 +58,7 @@ export type { ConsumerOptions } from './consumers/options.ts';
 export { handleEvent } from './consumers/handle-event.ts';
 export type { EventHandler, ConsumerContext } from './consumers/handle-event.ts';
 export type { IngestedInfo } from './consumers/ingest.ts';
+export type { ConsumerGroupsApi, RemovedGroup } from './consumers/remove-group.ts';
 export { INVALID_MESSAGE_TYPE } from './consumers/decode-message.ts';
 export type { ConsumerSource, SourceMessage, SourceContext, SourceCheckContext } from './brokers/source.ts';
 export type { SafetyWarning, TargetCheckContext } from './brokers/safety.ts';

@@ -46,6 +46,8 @@ import type { MailroomEvents } from './observe/lifecycle.ts';
 import { checkRedactPaths, redact } from './observe/redact.ts';
 import { deadLettersApi, type DeadLettersApi } from './dead-letters/api.ts';
 import { parkedEventsApi, type ParkedEventsApi } from './relay/parked-api.ts';
+import { removeConsumerGroup, type ConsumerGroupsApi } from './consumers/remove-group.ts';
+import { removeGroupQueries } from './consumers/remove-group-queries.ts';
 import { parkedQueries } from './relay/parked-queries.ts';
 import { deadLetterQueries } from './dead-letters/dead-letter-queries.ts';
 import { withReplayHistory } from './dead-letters/history.ts';
@@ -172,6 +174,8 @@ export class Mailroom extends SafeEmitter<MailroomEvents> {
   readonly deadLetters: DeadLettersApi;
   /** Events relay targets refused for good: list, republish and discard (docs/EVENTS.md, "Events a target refuses"). */
   readonly parkedEvents: ParkedEventsApi;
+  /** Consumer groups: remove one that no longer runs (docs/EVENTS.md, "Removing a group"). */
+  readonly consumerGroups: ConsumerGroupsApi;
   readonly versions: VersionsApi;
   private readonly retention: RetentionPolicy;
   private readonly admin: AdminQueries;
@@ -239,6 +243,8 @@ export class Mailroom extends SafeEmitter<MailroomEvents> {
       fail: (e) => this.fail(e),
     });
     this.parkedEvents = parkedEventsApi({ driver: this.driver, queries: parkedQueries(this.quotedSchema), fail: (e) => this.fail(e) });
+    const removeGroup = removeGroupQueries(this.quotedSchema);
+    this.consumerGroups = { remove: (group) => removeConsumerGroup(this.driver, removeGroup, group).catch((e) => this.fail(e)) };
     this.jobs = {
       get: (id) =>
         getJob(this.driver, this.queries, id)

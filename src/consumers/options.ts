@@ -79,13 +79,18 @@ export function queueOfGroup(group: string): string {
   return `consumer.${group}`;
 }
 
+/** Throws a ValidationError unless `group` is a valid consumer group name (`caller` starts the message). */
+export function assertGroupName(group: unknown, caller: string): asserts group is string {
+  if (typeof group !== 'string' || !GROUP.test(group)) {
+    throw invalid('group', `${caller}: group ${JSON.stringify(group)} is not valid; use 1-64 lower-case letters, digits, '_' or '-', starting with a letter or digit`);
+  }
+}
+
 /** Validates consumer options (a ValidationError naming the option) and fills in defaults. */
 export function resolveConsumerOptions(options: ConsumerOptions): ResolvedConsumerOptions {
   if (typeof options !== 'object' || options === null) throw invalid('options', 'consumer: options must be an object');
   const { group } = options;
-  if (typeof group !== 'string' || !GROUP.test(group)) {
-    throw invalid('group', `consumer: group ${JSON.stringify(group)} is not valid; use 1-64 lower-case letters, digits, '_' or '-', starting with a letter or digit`);
-  }
+  assertGroupName(group, 'consumer');
   if (typeof options.handlers !== 'object' || options.handlers === null) throw invalid('handlers', `consumer ${group}: handlers must be an object of event type -> handler`);
   const types = Object.keys(options.handlers).sort();
   if (types.length === 0) throw invalid('handlers', `consumer ${group}: handlers is empty; the group subscribes to the types it handles`);
