@@ -6,7 +6,8 @@
 import { describe, it } from 'node:test';
 import assert from 'node:assert/strict';
 import { defineEvent, MailroomError, ValidationError } from '../src/index.ts';
-import { testDatabases, type TestMailroom } from './helpers/databases.ts';
+import { runJson, runMailroom, showRun } from './helpers/cli.ts';
+import { databaseUrl, testDatabases, type TestMailroom } from './helpers/databases.ts';
 import { eventually, waitForEvents } from './helpers/events.ts';
 import { flushUntil } from './helpers/relay.ts';
 
@@ -94,3 +95,32 @@ for (const db of testDatabases()) {
     });
   });
 }
+
+describe('mailroom groups remove (real binary, PostgreSQL)', { skip: databaseUrl ? false : 'needs TEST_DATABASE_URL: the binary and the test open the database side by side' }, () => {
+  it('removes a group and says what it did; an unknown group exits 1; bad usage (a bad group name too) exits 2 with a hint', async () => {
+    const t = await testDatabases().find((d) => d.name === 'postgres')!.open();
+    const args = ['--database', databaseUrl!, '--schema', t.schema];
+    const consumer = t.mailroom.consumer({ group: 'audit-v1', handlers: { [billed.type]: () => {} } });
+    await consumer.start();
+    await consumer.stop();
+    await t.mailroom.publishMany(billed, [{ n: 1 }, { n: 2 }]);
+    const relay = t.mailroom.relay();
+    await flushUntil(relay, 2);
+    await relay.stop();
+    const removed = await runMailroom(['groups', 'remove', 'audit-v1', ...args]);
+    assert.equal(removed.code, 0, showRun(removed));
+    assert.match(removed.stdout, /^Removed consumer group audit-v1: 2 jobs cancelled, 0 inbox keys deleted\.$/m);
+    assert.deepEqual(await statesOf(t, 'consumer.audit-v1'), { cancelled: 2 });
+    const again = await runMailroom(['groups', 'remove', 'audit-v1', '--json', ...args]);
+    assert.equal(again.code, 1, showRun(again));
+    assert.deepEqual(runJson(again), { removed: false, cancelledJobs: 0, inboxKeys: 0 });
+    const unknown = await runMailroom(['groups', 'remove', 'nobody', ...args]);
+    assert.equal(unknown.code, 1, showRun(unknown));
+    assert.match(unknown.stderr, /no consumer group named nobody is registered/);
+    for (const bad of [['groups'], ['groups', 'drop', 'x'], ['groups', 'remove'], ['groups', 'remove', 'a', 'b'], ['groups', 'remove', 'Bad Name']]) {
+      const run = await runMailroom([...bad, ...args]);
+      assert.equal(run.code, 2, showRun(run));
+      assert.match(run.stderr, /mailroom groups.*\n.*e\.g\. mailroom groups remove billing-v1/s, showRun(run));
+    }
+  });
+});
