@@ -117,8 +117,11 @@ export async function prune(driver: Driver, queries: RetentionQueries, policy: R
   await drain(async () => (await driver.run(queries.pruneByAge, [['completed', 'cancelled'], policy.completedAgeMs, policy.batchSize])).rowCount);
   await drain(async () => (await driver.run(queries.pruneByAge, [['dead'], policy.deadAgeMs, policy.batchSize])).rowCount);
   if (policy.completedCount !== null) {
-    const count = policy.completedCount;
-    await drain(async () => (await driver.run(queries.pruneCompletedByCount, [count, policy.batchSize])).rowCount);
+    const { rows } = await driver.run<{ queue: string; finished_at: string; id: string }>(queries.completedCutoffs, [policy.completedCount]);
+    if (rows.length > 0) {
+      const cutoffs = [rows.map((r) => r.queue), rows.map((r) => r.finished_at), rows.map((r) => r.id)];
+      await drain(async () => (await driver.run(queries.pruneCompletedBeyond, [...cutoffs, policy.batchSize])).rowCount);
+    }
   }
   await driver.run(queries.pruneIdleOrderingKeys, [policy.batchSize]);
   return deleted;

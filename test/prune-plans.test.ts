@@ -19,6 +19,29 @@ const ROWS = 20_000;
 
 for (const db of testDatabases()) {
   describe(`retention plans on ${db.name}`, () => {
+    it('count retention keeps the newest completed jobs of each queue (ties by id), in batches, and leaves other states and smaller queues alone', async () => {
+      const t = await db.open({ retention: { completed: { count: 3 }, batchSize: 2 } });
+      const s = `"${t.schema}"`;
+      // Queue a: 8 completed, the three newest finished in one completion (the same finished_at); queue b: 2.
+      const rows: [queue: string, state: string, minutesAgo: number][] = [
+        ['a', 'completed', 9], ['a', 'completed', 8], ['a', 'completed', 7], ['a', 'completed', 6], ['a', 'completed', 5],
+        ['a', 'completed', 1], ['a', 'completed', 1], ['a', 'completed', 1], ['a', 'dead', 20], ['a', 'available', 0],
+        ['b', 'completed', 30], ['b', 'completed', 40],
+      ];
+      for (const [queue, state, ago] of rows) {
+        await t.sql(
+          `INSERT INTO ${s}.jobs (id, queue, type, state, max_attempts, payload, finished_at)
+           VALUES (gen_random_uuid(), $1, 'prune.count', $2, 5, '{}', CASE WHEN $2 = 'available' THEN NULL ELSE date_trunc('minute', now()) - $3::int * interval '1 minute' END)`,
+          [queue, state, ago],
+        );
+      }
+      const newest = await t.sql<{ id: string }>(`SELECT id FROM ${s}.jobs WHERE queue = 'a' AND state = 'completed' ORDER BY finished_at DESC, id DESC LIMIT 3`);
+      assert.equal((await t.mailroom.maintain()).pruned, 5);
+      const left = await t.sql<{ queue: string; state: string; id: string }>(`SELECT queue, state, id FROM ${s}.jobs ORDER BY queue, state, id`);
+      assert.deepEqual(left.filter((r) => r.queue === 'a' && r.state === 'completed').map((r) => r.id), newest.map((r) => r.id).sort());
+      assert.deepEqual(left.map((r) => `${r.queue}:${r.state}`), ['a:available', 'a:completed', 'a:completed', 'a:completed', 'a:dead', 'b:completed', 'b:completed']);
+    });
+
     it('key rows: an idle one older than an hour goes; a recent one, and an old one a waiting job holds, stay', async () => {
       const t = await db.open();
       const s = `"${t.schema}"`;
@@ -74,6 +97,17 @@ for (const db of testDatabases()) {
           assert.match(plan, new RegExp(`Delete on ${table}( k)? \\(actual rows=0 loops=1\\)\\n(.*\\n)*\\s+->  ${scan} \\(actual rows=1000 loops=1\\)`), `${table}, ${mode}:\n${plan}`);
           assert.doesNotMatch(plan, new RegExp(`Hash (Semi )?Join|Seq Scan on ${table}${table === 'ordering_keys' ? ' k' : ''} \\(`), `${table}, ${mode}:\n${plan}`);
         }
+        // Count retention: the pass finds each queue's cutoff once; a batch reads from the oldest
+        // completed job up, through the finished index, and ranks nothing (no window, no sort).
+        const { rows: cut } = await session.query<{ queue: string; finished_at: string; id: string }>(retentionQueries(s).completedCutoffs.text, [5000]);
+        assert.equal(cut.length, 1, 'one queue has more than 5,000 completed jobs');
+        const cutoff = `'{${cut[0]!.queue}}', '{"${cut[0]!.finished_at}"}', '{${cut[0]!.id}}', 1000`;
+        await session.query('BEGIN');
+        const plan = await explainPrepared(session, mode, 'prune_count', retentionQueries(s).pruneCompletedBeyond.text, cutoff);
+        await session.query('ROLLBACK');
+        assert.match(plan, /Index Scan using jobs_finished_idx on jobs j \(actual rows=1000 loops=1\)/, `count, ${mode}:\n${plan}`);
+        assert.match(plan, /Delete on jobs \(actual rows=0 loops=1\)\n(.*\n)*\s+->  (Bitmap Heap Scan on jobs|Index Scan using jobs_pkey on jobs) \(actual rows=1000 loops=1\)/, `count, ${mode}:\n${plan}`);
+        assert.doesNotMatch(plan, /WindowAgg|Sort|Seq Scan on jobs/, `count, ${mode}:\n${plan}`);
       }
     });
   });
