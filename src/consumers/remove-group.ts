@@ -27,8 +27,9 @@ export interface ConsumerGroupsApi {
    * its waiting jobs (and running ones whose lease expired) are cancelled, its
    * inbox keys deleted; its dead letters stay. Refuses while a job of the group
    * runs under a live lease. A consumer of the group started later registers
-   * it anew, from then on. A broker source's queue or subscription is the
-   * broker's: delete it there.
+   * it anew, as a new group (with `from: 'earliest'`, every retained event
+   * again: its inbox keys are gone). A broker source's queue or subscription
+   * is the broker's: delete it there.
    *
    * @example
    * const { removed, cancelledJobs } = await mailroom.consumerGroups.remove('billing-v1');
