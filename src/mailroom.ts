@@ -47,7 +47,6 @@ import { checkRedactPaths, redact } from './observe/redact.ts';
 import { deadLettersApi, type DeadLettersApi } from './dead-letters/api.ts';
 import { parkedEventsApi, type ParkedEventsApi } from './relay/parked-api.ts';
 import { removeConsumerGroup, type ConsumerGroupsApi } from './consumers/remove-group.ts';
-import { removeGroupQueries } from './consumers/remove-group-queries.ts';
 import { parkedQueries } from './relay/parked-queries.ts';
 import { deadLetterQueries } from './dead-letters/dead-letter-queries.ts';
 import { withReplayHistory } from './dead-letters/history.ts';
@@ -243,8 +242,7 @@ export class Mailroom extends SafeEmitter<MailroomEvents> {
       fail: (e) => this.fail(e),
     });
     this.parkedEvents = parkedEventsApi({ driver: this.driver, queries: parkedQueries(this.quotedSchema), fail: (e) => this.fail(e) });
-    const removeGroup = removeGroupQueries(this.quotedSchema);
-    this.consumerGroups = { remove: (group) => removeConsumerGroup(this.driver, removeGroup, group).catch((e) => this.fail(e)) };
+    this.consumerGroups = { remove: (group) => removeConsumerGroup(this.driver, this.consumerQueries, group).catch((e) => this.fail(e)) };
     this.jobs = {
       get: (id) =>
         getJob(this.driver, this.queries, id)

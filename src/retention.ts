@@ -2,6 +2,7 @@ import { toMilliseconds, type Duration } from './duration.ts';
 import { ValidationError } from './errors.ts';
 import type { RetentionQueries } from './jobs/retention-queries.ts';
 import type { Driver } from './storage/driver.ts';
+import { inBatches } from './storage/batches.ts';
 import type { JobDefinition } from './define.ts';
 
 /** How long finished jobs are kept. */
@@ -107,20 +108,16 @@ export function checkRetentionAgainst(policy: RetentionPolicy, definitions: Iter
 /** One retention pass, in bounded batches; returns how many jobs it deleted. */
 export async function prune(driver: Driver, queries: RetentionQueries, policy: RetentionPolicy): Promise<number> {
   let deleted = 0;
-  const drain = async (run: () => Promise<number>) => {
-    for (let i = 0; i < MAX_BATCHES_PER_PASS; i++) {
-      const n = await run();
-      deleted += n;
-      if (n < policy.batchSize) return;
-    }
+  const drain = async (run: () => Promise<{ rowCount: number }>) => {
+    deleted += await inBatches(policy.batchSize, MAX_BATCHES_PER_PASS, run);
   };
-  await drain(async () => (await driver.run(queries.pruneByAge, [['completed', 'cancelled'], policy.completedAgeMs, policy.batchSize])).rowCount);
-  await drain(async () => (await driver.run(queries.pruneByAge, [['dead'], policy.deadAgeMs, policy.batchSize])).rowCount);
+  await drain(() => driver.run(queries.pruneByAge, [['completed', 'cancelled'], policy.completedAgeMs, policy.batchSize]));
+  await drain(() => driver.run(queries.pruneByAge, [['dead'], policy.deadAgeMs, policy.batchSize]));
   if (policy.completedCount !== null) {
     const { rows } = await driver.run<{ queue: string; finished_at: string; id: string }>(queries.completedCutoffs, [policy.completedCount]);
     if (rows.length > 0) {
       const cutoffs = [rows.map((r) => r.queue), rows.map((r) => r.finished_at), rows.map((r) => r.id)];
-      await drain(async () => (await driver.run(queries.pruneCompletedBeyond, [...cutoffs, policy.batchSize])).rowCount);
+      await drain(() => driver.run(queries.pruneCompletedBeyond, [...cutoffs, policy.batchSize]));
     }
   }
   await driver.run(queries.pruneIdleOrderingKeys, [policy.batchSize]);

@@ -20,7 +20,7 @@ async function statesOf(t: TestMailroom, queue: string): Promise<Record<string, 
 
 for (const db of testDatabases()) {
   describe(`removing a consumer group, on ${db.name}`, () => {
-    it('the fan-out stops making its jobs; its waiting jobs are cancelled, its inbox keys deleted, its dead letters kept; another group is untouched', async () => {
+    it('the fan-out stops making its jobs; its waiting jobs and one left active under an expired lease are cancelled, its inbox keys deleted, its dead letters kept; another group is untouched', async () => {
       const t = await db.open();
       const { mailroom } = t;
       let failNext = true;
@@ -52,6 +52,12 @@ for (const db of testDatabases()) {
       await mailroom.publish(billed, { n: 5 }, { key: 'acct-1' });
       await flushUntil(relay, 2);
       assert.deepEqual(await statesOf(t, 'consumer.billing-v1'), { available: 2, completed: 2, dead: 1 });
+      // The key's first job was taken by a consumer that died with it: active, its lease expired.
+      await t.sql(
+        `UPDATE "${t.schema}".jobs SET state = 'active', attempt = attempt + 1, claim_count = claim_count + 1, locked_until = now() - interval '1 minute'
+          WHERE queue = 'consumer.billing-v1' AND state = 'available' AND NOT blocked`,
+      );
+      assert.deepEqual(await statesOf(t, 'consumer.billing-v1'), { active: 1, available: 1, completed: 2, dead: 1 });
       const inbox = `SELECT count(*)::int AS n FROM "${t.schema}".inbox WHERE consumer_group = $1`;
       assert.equal((await t.sql<{ n: number }>(inbox, ['billing-v1']))[0]!.n, 2);
 

@@ -1,6 +1,7 @@
 import { storedEventColumns } from '../events/envelope-sql.ts';
 import type { NamedQuery } from '../storage/driver.ts';
-import { WAITING } from '../jobs/queries.ts';
+import { CANCEL_SET } from '../jobs/admin-queries.ts';
+import { WAITING_BLOCKED, WAITING_UNBLOCKED } from '../jobs/queries.ts';
 import { namedQueries } from '../storage/named.ts';
 
 /** Statements of consumer groups and the inbox, for one quoted schema. Every value is a bind parameter. */
@@ -15,6 +16,10 @@ export interface ConsumerQueries {
   countDuplicate: NamedQuery;
   pruneInbox: NamedQuery;
   groupStats: NamedQuery;
+  runningJobs: NamedQuery;
+  removeGroup: NamedQuery;
+  cancelLeftJobs: NamedQuery;
+  forgetGroupInbox: NamedQuery;
 }
 
 /** Builds the consumer statements for a quoted schema name. */
@@ -85,8 +90,8 @@ export function consumerQueries(quotedSchema: string): ConsumerQueries {
     groupStats: q(
       'consumer_group_stats',
       `SELECT g.name, g.source, g.duplicates_rejected::float8 AS duplicates_rejected,
-              ((SELECT count(*) FROM ${s}.jobs AS j WHERE j.queue = g.queue AND j.state IN ${WAITING} AND NOT j.blocked)
-               + (SELECT count(*) FROM ${s}.jobs AS j WHERE j.queue = g.queue AND j.state IN ${WAITING} AND j.blocked AND j.ordering_key IS NOT NULL)
+              ((SELECT count(*) FROM ${s}.jobs AS j WHERE j.queue = g.queue AND ${WAITING_UNBLOCKED('j')})
+               + (SELECT count(*) FROM ${s}.jobs AS j WHERE j.queue = g.queue AND ${WAITING_BLOCKED('j')})
                + (SELECT count(*) FROM ${s}.jobs AS j WHERE j.queue = g.queue AND j.state = 'active'))::int AS unfinished,
               (SELECT count(*) FROM ${s}.jobs AS j WHERE j.queue = g.queue AND j.state = 'dead')::int AS dead,
               CASE WHEN g.source IS NOT NULL THEN 0 ELSE
@@ -94,6 +99,31 @@ export function consumerQueries(quotedSchema: string): ConsumerQueries {
                 WHERE c.target = $1 AND o.type = ANY(g.types) AND (o.xid, o.position) > (c.cursor_xid, c.cursor_position)
                   AND (g.start_snapshot IS NULL OR NOT pg_visible_in_snapshot(o.xid, g.start_snapshot)))::int END AS unrelayed
          FROM ${s}.consumer_groups AS g ORDER BY g.name`,
+    ),
+    // Removing a group (remove-group.ts), in a transaction holding the internal cursor as
+    // registration does (lockInternalCursor). $1 queue: jobs a live worker runs (lease not
+    // expired), so a consumer of the group still runs.
+    runningJobs: q('group_remove_running', `SELECT count(*)::int AS n FROM ${s}.jobs WHERE state = 'active' AND locked_until > now() AND queue = $1`),
+    // $1 name
+    removeGroup: q('group_remove', `DELETE FROM ${s}.consumer_groups WHERE name = $1 RETURNING queue`),
+    // $1 queue, $2 batch. Its jobs nobody will run any more: waiting (blocked or not), and active
+    // under an expired lease. Each batch by primary key, found through the indexes holding them.
+    cancelLeftJobs: q(
+      'group_remove_cancel',
+      `UPDATE ${s}.jobs SET ${CANCEL_SET} WHERE id = ANY (ARRAY(
+         SELECT id FROM ${s}.jobs AS j WHERE j.queue = $1 AND ${WAITING_UNBLOCKED('j')}
+         UNION ALL
+         SELECT id FROM ${s}.jobs AS j WHERE j.queue = $1 AND ${WAITING_BLOCKED('j')}
+         UNION ALL
+         SELECT id FROM ${s}.jobs WHERE state = 'active' AND locked_until <= now() AND queue = $1
+         LIMIT $2))
+         AND state IN ('scheduled', 'available', 'retrying', 'active') AND (state <> 'active' OR locked_until <= now())`,
+    ),
+    // $1 group, $2 batch. Every inbox key of the group.
+    forgetGroupInbox: q(
+      'group_remove_inbox',
+      `DELETE FROM ${s}.inbox WHERE consumer_group = $1 AND event_id = ANY (ARRAY(
+         SELECT event_id FROM ${s}.inbox WHERE consumer_group = $1 LIMIT $2))`,
     ),
   };
 }

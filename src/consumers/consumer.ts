@@ -9,6 +9,7 @@ import { currentContext, runInContext } from '../observe/context.ts';
 import { retryHorizonMs } from '../retention.ts';
 import { isSnooze } from '../snooze.ts';
 import type { Driver, Transaction } from '../storage/driver.ts';
+import { inBatches } from '../storage/batches.ts';
 import type { FanOutQueries } from '../relay/fanout-queries.ts';
 import { fanOut, INTERNAL_TARGET } from '../relay/internal-target.ts';
 import { StoredEvent } from '../relay/stored-event.ts';
@@ -181,12 +182,9 @@ export class Consumer extends SafeEmitter<ConsumerEvents> {
    * const { keys } = await billing.prune();
    */
   async prune(): Promise<{ keys: number }> {
-    let keys = 0;
-    for (let i = 0; i < MAX_PRUNE_BATCHES; i++) {
-      const { rowCount } = await this.deps.driver.run(this.deps.queries.pruneInbox, [this.group, this.resolved.inboxRetentionMs, PRUNE_BATCH]);
-      keys += rowCount;
-      if (rowCount < PRUNE_BATCH) break;
-    }
+    const keys = await inBatches(PRUNE_BATCH, MAX_PRUNE_BATCHES, () =>
+      this.deps.driver.run(this.deps.queries.pruneInbox, [this.group, this.resolved.inboxRetentionMs, PRUNE_BATCH]),
+    );
     return { keys };
   }
 

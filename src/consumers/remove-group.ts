@@ -6,9 +6,10 @@
  */
 import { MailroomError } from '../errors.ts';
 import { INTERNAL_TARGET } from '../relay/internal-target.ts';
+import { inBatches } from '../storage/batches.ts';
 import type { Driver } from '../storage/driver.ts';
 import { assertGroupName, queueOfGroup } from './options.ts';
-import type { RemoveGroupQueries } from './remove-group-queries.ts';
+import type { ConsumerQueries } from './consumer-queries.ts';
 
 /** What `consumerGroups.remove` did. */
 export interface RemovedGroup {
@@ -44,7 +45,7 @@ const BATCH = 5000;
  * (stop its consumers first), then deletes the subscription in a transaction
  * that holds off the fan-out, and cancels and deletes what is left in batches.
  */
-export async function removeConsumerGroup(driver: Driver, queries: RemoveGroupQueries, group: string): Promise<RemovedGroup> {
+export async function removeConsumerGroup(driver: Driver, queries: ConsumerQueries, group: string): Promise<RemovedGroup> {
   assertGroupName(group, 'consumerGroups.remove');
   const queue = await driver.transaction(async (tx) => {
     await tx.query(queries.lockInternalCursor.text, [INTERNAL_TARGET]);
@@ -54,20 +55,11 @@ export async function removeConsumerGroup(driver: Driver, queries: RemoveGroupQu
         `consumerGroups.remove: group ${group} has ${running[0]!.n} job(s) running under a live lease, so a consumer of it still runs; stop every consumer of the group, then remove it`,
       );
     }
-    const { rows } = await tx.query<{ queue: string }>(queries.deleteGroup.text, [group]);
+    const { rows } = await tx.query<{ queue: string }>(queries.removeGroup.text, [group]);
     return rows[0]?.queue ?? null;
   });
   if (queue === null) return { removed: false, cancelledJobs: 0, inboxKeys: 0 };
-  const cancelledJobs = await inBatches(() => driver.run(queries.cancelLeftJobs, [queue, BATCH]));
-  const inboxKeys = await inBatches(() => driver.run(queries.deleteInboxKeys, [group, BATCH]));
+  const cancelledJobs = await inBatches(BATCH, Infinity, () => driver.run(queries.cancelLeftJobs, [queue, BATCH]));
+  const inboxKeys = await inBatches(BATCH, Infinity, () => driver.run(queries.forgetGroupInbox, [group, BATCH]));
   return { removed: true, cancelledJobs, inboxKeys };
-}
-
-async function inBatches(batch: () => Promise<{ rowCount: number }>): Promise<number> {
-  let total = 0;
-  for (;;) {
-    const { rowCount } = await batch();
-    total += rowCount;
-    if (rowCount < BATCH) return total;
-  }
 }

@@ -28,6 +28,14 @@ export interface JobQueries {
 
 export const WAITING = `('available', 'scheduled', 'retrying')`;
 
+/**
+ * Waiting jobs of `alias` split as the indexes hold them, for counts and sweeps that must not read
+ * the completed history: not blocked is exactly jobs_claim_idx's predicate; blocked ones are within
+ * jobs_ordering_idx's (only the ordering trigger blocks a job, and only a keyed one).
+ */
+export const WAITING_UNBLOCKED = (alias: string): string => `${alias}.state IN ${WAITING} AND NOT ${alias}.blocked`;
+export const WAITING_BLOCKED = (alias: string): string => `${alias}.state IN ${WAITING} AND ${alias}.blocked AND ${alias}.ordering_key IS NOT NULL`;
+
 /** What a claim does to a job ($3 lease ms, $4 worker id), shared by the plain and the controlled claim. */
 export const CLAIM_SET = `state = 'active', attempt = j.attempt + 1, claim_count = j.claim_count + 1,
     locked_until = now() + $3::bigint * interval '1 millisecond', locked_by = $4, started_at = now()`;

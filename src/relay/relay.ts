@@ -4,6 +4,7 @@ import type { SafetyWarning } from '../brokers/safety.ts';
 import { MailroomError } from '../errors.ts';
 import type { OutboxQueries } from '../events/outbox-queries.ts';
 import type { Driver } from '../storage/driver.ts';
+import { inBatches } from '../storage/batches.ts';
 import { findHolder, type HeldBackBy } from './held-back.ts';
 import type { ResolvedRelayOptions } from './options.ts';
 import { planBatch, readFence, type OutboxPoint } from './read-batch.ts';
@@ -282,12 +283,7 @@ export class Relay extends SafeEmitter<RelayEvents> {
    * const { events } = await relay.prune();
    */
   async prune(): Promise<{ events: number }> {
-    let events = 0;
-    for (let i = 0; i < MAX_PRUNE_BATCHES; i++) {
-      const { rowCount } = await this.driver.run(this.outbox.prune, [this.options.retentionMs, PRUNE_BATCH]);
-      events += rowCount;
-      if (rowCount < PRUNE_BATCH) break;
-    }
+    const events = await inBatches(PRUNE_BATCH, MAX_PRUNE_BATCHES, () => this.driver.run(this.outbox.prune, [this.options.retentionMs, PRUNE_BATCH]));
     await this.driver.run(this.outbox.pruneKeys, [PRUNE_BATCH]);
     if (events > 0) this.emit('pruned', { events });
     return { events };
