@@ -228,7 +228,7 @@ describe('nats PubAck inbox', { skip }, () => {
       });
       await nc.flush();
       const acks = new PubAckInbox(nc);
-      const outcomes = await Promise.all(Object.keys(answers).map((name) => acks.publish(`${subject}.${name}`, new Uint8Array([1]), headers()).outcome));
+      const outcomes = await acks.publishAll(Object.keys(answers).map((name) => ({ subject: `${subject}.${name}`, body: new Uint8Array([1]), headers: headers() }))).outcomes;
       const byName = Object.fromEntries(Object.keys(answers).map((name, i) => [name, outcomes[i]!]));
       assert.deepEqual(byName.stored, { ok: true });
       assert.deepEqual(byName.duplicate, { ok: true }, 'a duplicate is stored already');
@@ -369,6 +369,28 @@ describe('nats target', { skip }, () => {
       assert.equal(stored[1]!.headers['causationid'], 'cause-1', 'the other headers still travel');
       const body = JSON.parse(stored[1]!.body) as { subject: string; correlationid: string };
       assert.deepEqual([body.subject, body.correlationid], ['order\r\n7', 'req\n7']);
+    }).finally(() => deleteStream(NATS, stream));
+  });
+
+  test('header values beyond ASCII travel intact; an id with a line break is refused for good, naming it, and nothing is stored', async () => {
+    const stream = `mr-${unique()}`;
+    const target = nats({ url: NATS, stream });
+    await closing([target], async () => {
+      const [plain, other] = events(2);
+      const accented = { ...plain!, envelope: { ...plain!.envelope, correlationid: 'bestellung-ü-注文', partitionkey: 'kunde-ø' } };
+      await target.publish([accented], relayContext);
+      const [stored] = await readStream(NATS, stream);
+      assert.equal(stored!.headers['correlationid'], 'bestellung-ü-注文');
+      assert.equal(stored!.headers['partitionkey'], 'kunde-ø');
+      assert.equal(stored!.headers['Nats-Msg-Id'], plain!.envelope.id);
+      const injected = { ...other!, envelope: { ...other!.envelope, id: 'evt-1\r\nNats-Expected-Stream: elsewhere' } };
+      await assert.rejects(target.publish([injected], relayContext), (error: unknown) => {
+        assert.ok(error instanceof RefusedEventError, `refused for good, got ${String(error)}`);
+        assert.equal(error.eventId, injected.envelope.id);
+        assert.match(error.reason, /nats: its id .* holds a line break/);
+        return true;
+      });
+      assert.equal((await readStream(NATS, stream)).length, 1, 'nothing more stored');
     }).finally(() => deleteStream(NATS, stream));
   });
 

@@ -9,6 +9,7 @@
 import { randomUUID } from 'node:crypto';
 import { toEnvelope, type RelayedEvent } from '../../dist/index.js';
 import { now } from '../stats.ts';
+import { cpuSplit, formatCpuSplit, sampleCpu } from '../cpu-split.ts';
 import { noted, PAD, setups, type Kind } from './setups.ts';
 
 const N = Number(process.env.N ?? 40000);
@@ -39,13 +40,17 @@ const context = { tx: { query: () => Promise.reject(new Error('a broker target h
 try {
   await target.publish(batchAt(0).slice(0, 1), context); // connects (and declares what the target declares)
   let seconds = 0;
+  const cpuBefore = sampleCpu();
+  const wallStarted = now();
   for (let i = 0; i < N; i += BATCH) {
     const batch = batchAt(i);
     const started = now();
     await target.publish(batch, context);
     seconds += (now() - started) / 1000;
   }
+  const cpuAfter = sampleCpu();
   console.log(`${kind} target alone: ${N} events in ${seconds.toFixed(2)} s = ${Math.round(N / seconds)} events/s (batch ${BATCH})`);
+  console.log(`  CPU during the run (batches made too): ${formatCpuSplit(cpuSplit(cpuBefore, cpuAfter), (now() - wallStarted) / 1000)}`);
 } finally {
   await target.close?.();
   await broker.cleanup(name).catch(() => undefined);

@@ -55,18 +55,43 @@ interface PubAckBody {
   error?: { code?: number; err_code?: number; description?: string };
 }
 
+/** One message to publish through the inbox. */
+export interface OutgoingMessage {
+  readonly subject: string;
+  readonly body: Uint8Array;
+  readonly headers: MsgHdrs;
+}
+
+/** Messages published together: numbered `from` to `to` (inclusive), answered together. */
+export interface SentMessages {
+  /** Each message's answer, in the order given; resolves once every one has its answer (see {@link PubAckInbox.expire}). */
+  readonly outcomes: Promise<PubAckOutcome[]>;
+  readonly from: number;
+  readonly to: number;
+}
+
+/** Messages waiting for their answers: one promise for all of them, not one per message. */
+interface Waiting {
+  readonly from: number;
+  readonly outcomes: (PubAckOutcome | undefined)[];
+  left: number;
+  readonly resolve: (outcomes: PubAckOutcome[]) => void;
+}
+
 /**
  * One connection's ack inbox. Made when the connection opens; every outcome
  * still waiting fails when the connection closes.
  *
  * @example
  * const acks = new PubAckInbox(nc);
- * const outcome = acks.publish('orders.order.placed', body, headers);
+ * const sent = acks.publishAll([{ subject: 'orders.order.placed', body, headers }]);
+ * const [outcome] = await sent.outcomes;
  */
 export class PubAckInbox {
   readonly #nc: NatsConnection;
   readonly #prefix = createInbox();
-  readonly #waiting = new Map<number, (outcome: PubAckOutcome) => void>();
+  /** In number order; a few at most (the batches in flight). */
+  readonly #waiting: Waiting[] = [];
   #next = 0;
 
   constructor(nc: NatsConnection) {
@@ -78,38 +103,56 @@ export class PubAckInbox {
     void nc.closed().then((error) => this.#failAll(error ?? new Error('the connection closed')));
   }
 
-  /** Publishes one message; `outcome` resolves with the stream's answer (see {@link expire} for a deadline). */
-  publish(subject: string, body: Uint8Array, headers: MsgHdrs): { outcome: Promise<PubAckOutcome>; number: number } {
-    const number = this.#next++;
-    const outcome = new Promise<PubAckOutcome>((resolve) => this.#waiting.set(number, resolve));
-    try {
-      this.#nc.publish(subject, body, { headers, reply: `${this.#prefix}.${number}` });
-    } catch (error) {
-      this.#settle(number, { ok: false, error: error instanceof Error ? error : new Error(String(error)) });
+  /** Publishes the messages back to back on the connection; `outcomes` resolves with the stream's answers. */
+  publishAll(messages: readonly OutgoingMessage[]): SentMessages {
+    const from = this.#next;
+    this.#next += messages.length;
+    const to = from + messages.length - 1;
+    if (messages.length === 0) return { outcomes: Promise.resolve([]), from, to };
+    let resolve!: (outcomes: PubAckOutcome[]) => void;
+    const outcomes = new Promise<PubAckOutcome[]>((r) => (resolve = r));
+    this.#waiting.push({ from, outcomes: new Array<PubAckOutcome | undefined>(messages.length).fill(undefined), left: messages.length, resolve });
+    for (let i = 0; i < messages.length; i++) {
+      const m = messages[i]!;
+      try {
+        this.#nc.publish(m.subject, m.body, { headers: m.headers, reply: `${this.#prefix}.${from + i}` });
+      } catch (error) {
+        this.#settle(from + i, { ok: false, error: error instanceof Error ? error : new Error(String(error)) });
+      }
     }
-    return { outcome, number };
+    return { outcomes, from, to };
   }
 
   /** Fails the messages numbered `from` to `to` (inclusive) still waiting: their time is up. */
   expire(from: number, to: number, timeoutMs: number): void {
-    for (let n = from; n <= to; n++) if (this.#waiting.has(n)) this.#settle(n, { ok: false, error: new PubAckTimeoutError(timeoutMs) });
+    const expired: PubAckOutcome = { ok: false, error: new PubAckTimeoutError(timeoutMs) };
+    for (let n = from; n <= to; n++) this.#settle(n, expired);
   }
 
   /** Fails every message still waiting (the subscription or the connection ended). */
   #failAll(error: Error): void {
-    for (const n of [...this.#waiting.keys()]) this.#settle(n, { ok: false, error });
+    const failed: PubAckOutcome = { ok: false, error };
+    for (const w of [...this.#waiting]) for (let i = 0; i < w.outcomes.length; i++) this.#settle(w.from + i, failed);
+  }
+
+  /** The messages that `number` was published with, while its answer is awaited. */
+  #waitingFor(number: number): Waiting | undefined {
+    for (const w of this.#waiting) if (number >= w.from && number < w.from + w.outcomes.length) return w.outcomes[number - w.from] === undefined ? w : undefined;
+    return undefined;
   }
 
   #settle(number: number, outcome: PubAckOutcome): void {
-    const resolve = this.#waiting.get(number);
-    if (!resolve) return;
-    this.#waiting.delete(number);
-    resolve(outcome);
+    const w = this.#waitingFor(number);
+    if (!w) return;
+    w.outcomes[number - w.from] = outcome;
+    if (--w.left > 0) return;
+    this.#waiting.splice(this.#waiting.indexOf(w), 1);
+    w.resolve(w.outcomes as PubAckOutcome[]);
   }
 
   #answer(msg: Msg): void {
     const number = Number(msg.subject.slice(this.#prefix.length + 1));
-    if (!this.#waiting.has(number)) return; // expired, or not ours
+    if (!this.#waitingFor(number)) return; // expired, or not ours
     if (msg.headers?.hasError) {
       const error = msg.headers.code === 503 ? new NoStreamError() : new PubAckError(msg.headers.code, 0, msg.headers.description || `status ${msg.headers.code}`);
       this.#settle(number, { ok: false, error });
