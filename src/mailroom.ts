@@ -550,6 +550,11 @@ export class Mailroom extends SafeEmitter<MailroomEvents> {
  * await mailroom.migrate();
  */
 export async function createMailroom(options: MailroomOptions = {}): Promise<Mailroom> {
+  return openMailroom(options, (poolSize) => connect(options.database as DatabaseOption | undefined, poolSize));
+}
+
+/** createMailroom's checks, then a mailroom on the driver `open` gives (mailroom/testing opens an in-memory database). */
+export async function openMailroom(options: MailroomOptions, open: (poolSize: number) => Promise<Driver>): Promise<Mailroom> {
   quoteSchema(options.schema ?? 'mailroom');
   if (options.maxPayloadBytes !== undefined && (!Number.isInteger(options.maxPayloadBytes) || options.maxPayloadBytes < 1)) {
     throw new ValidationError('maxPayloadBytes must be a positive integer', [{ path: 'maxPayloadBytes', message: 'invalid' }]);
@@ -565,6 +570,5 @@ export async function createMailroom(options: MailroomOptions = {}): Promise<Mai
   checkRedactPaths(options.redact);
   if (options.logger !== undefined) checkLogger(options.logger);
   checkQueueSettings(options.queues);
-  const driver = await connect(options.database as DatabaseOption | undefined, poolSize);
-  return new Mailroom(driver, options);
+  return new Mailroom(await open(poolSize), options);
 }
