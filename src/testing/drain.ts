@@ -7,12 +7,11 @@
 import type { Duration } from '../duration.ts';
 import { toMilliseconds } from '../duration.ts';
 import { MailroomError, ValidationError } from '../errors.ts';
-import { quoteSchema } from '../identifiers.ts';
 import type { Mailroom } from '../mailroom.ts';
 import type { ConsumerOptions } from '../consumers/options.ts';
 import type { WorkerOptions } from '../worker/options.ts';
 import type { JobEventRef } from '../observe/lifecycle.ts';
-import { testingQueries, type TestingQueries } from './queries.ts';
+import { runTestingQuery } from './queries.ts';
 
 /** How a drain ends: more than it took is a test bug (a handler that keeps snoozing, a job behind an open transaction). */
 interface DrainLimits {
@@ -138,7 +137,6 @@ interface DrainSettings {
 
 async function drain(mailroom: Mailroom, runner: Runner, queues: readonly string[], settings: DrainSettings): Promise<DrainResult> {
   const timeoutMs = toMilliseconds(settings.timeout ?? '30s', `${settings.what} timeout`);
-  const queries = testingQueries(quoteSchema(mailroom.schema));
   const result: DrainResult = { completed: 0, retrying: 0, dead: 0, snoozed: 0, duplicates: 0, failures: [] };
   let broken: unknown = null;
   runner.on('completed', () => result.completed++);
@@ -155,8 +153,8 @@ async function drain(mailroom: Mailroom, runner: Runner, queues: readonly string
     for (;;) {
       if (broken !== null) throw new MailroomError(`${settings.what}: the worker reported an error: ${describe(broken)}`, { cause: broken });
       const pumped = settings.pump ? await settings.pump() : { moved: 0, waiting: false };
-      if (settings.runScheduled) await mailroom.transaction((tx) => tx.query(queries.runScheduledNow, [queues]));
-      const left = await workLeft(mailroom, queries, queues, settings.runScheduled === true);
+      if (settings.runScheduled) await runTestingQuery(mailroom, 'runScheduledNow', [queues]);
+      const left = await workLeft(mailroom, queues, settings.runScheduled === true);
       if (left.active === 0 && left.due === 0 && pumped.moved === 0 && !pumped.waiting) break;
       if (Date.now() >= deadline) {
         const behind = pumped.waiting ? '; committed events wait behind an open transaction' : '';
@@ -174,8 +172,8 @@ async function drain(mailroom: Mailroom, runner: Runner, queues: readonly string
 }
 
 /** With `later`, a job waiting for a later time counts as due too: one that a snooze or a failure sets back between the move to now and this count is not missed. */
-async function workLeft(mailroom: Mailroom, queries: TestingQueries, queues: readonly string[], later: boolean): Promise<{ active: number; due: number }> {
-  const { rows } = await mailroom.transaction((tx) => tx.query<{ active: number; due: number }>(queries.workLeft, [queues, later]));
+async function workLeft(mailroom: Mailroom, queues: readonly string[], later: boolean): Promise<{ active: number; due: number }> {
+  const rows = await runTestingQuery<{ active: number; due: number }>(mailroom, 'workLeft', [queues, later]);
   return { active: Number(rows[0]!.active), due: Number(rows[0]!.due) };
 }
 

@@ -7,8 +7,7 @@ import type { EventDefinition } from '../events/define-event.ts';
 import type { JobState } from '../jobs/get.ts';
 import type { Mailroom } from '../mailroom.ts';
 import { ValidationError } from '../errors.ts';
-import { quoteSchema } from '../identifiers.ts';
-import { testingQueries } from './queries.ts';
+import { runTestingQuery } from './queries.ts';
 
 /** A job as `enqueuedJobs` returns it. */
 export interface EnqueuedJob<TData> {
@@ -101,8 +100,7 @@ export async function enqueuedJobs<TData, TInput>(
   options: { states?: readonly JobState[] | 'all' } = {},
 ): Promise<EnqueuedJob<TData>[]> {
   const states = statesOf(options.states);
-  const { jobsOfType } = testingQueries(quoteSchema(mailroom.schema));
-  const { rows } = await mailroom.transaction((tx) => tx.query<JobRow>(jobsOfType, [def.name, states]));
+  const rows = await runTestingQuery<JobRow>(mailroom, 'jobsOfType', [def.name, states]);
   return rows.map((r) => ({
     id: r.id,
     queue: r.queue,
@@ -128,8 +126,7 @@ export async function enqueuedJobs<TData, TInput>(
  * assert.equal(event.key, 'o-1');
  */
 export async function publishedEvents<TData, TInput>(mailroom: Mailroom, def: EventDefinition<TData, TInput>): Promise<PublishedEvent<TData>[]> {
-  const { eventsOfType } = testingQueries(quoteSchema(mailroom.schema));
-  const { rows } = await mailroom.transaction((tx) => tx.query<EventRow>(eventsOfType, [def.type]));
+  const rows = await runTestingQuery<EventRow>(mailroom, 'eventsOfType', [def.type]);
   return rows.map((r) => ({
     id: r.id,
     position: r.position,

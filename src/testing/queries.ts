@@ -4,6 +4,8 @@
  * parameters; only the validated schema name is spliced in.
  */
 import { WAITING_UNBLOCKED } from '../jobs/queries.ts';
+import { quoteSchema } from '../identifiers.ts';
+import type { Mailroom } from '../mailroom.ts';
 
 export interface TestingQueries {
   /** $1 type, $2 states: the jobs of a type in those states, oldest first. */
@@ -29,4 +31,11 @@ export function testingQueries(quotedSchema: string): TestingQueries {
     runScheduledNow: `UPDATE ${quotedSchema}.jobs j SET run_at = now()
       WHERE j.queue = ANY ($1::text[]) AND ${WAITING_UNBLOCKED('j')} AND j.run_at > now()`,
   };
+}
+
+/** Runs one of these statements on the mailroom's database, in its schema; the rows. */
+export async function runTestingQuery<R>(mailroom: Mailroom, statement: keyof TestingQueries, params: readonly unknown[]): Promise<R[]> {
+  const text = testingQueries(quoteSchema(mailroom.schema))[statement];
+  const { rows } = await mailroom.transaction((tx) => tx.query<R>(text, params));
+  return rows;
 }
