@@ -48,6 +48,16 @@ CREATE TABLE :"schema".entity_versions (
   updated_at timestamp with time zone DEFAULT now() NOT NULL
 );
 
+CREATE TABLE :"schema".idempotency_keys (
+  scope text NOT NULL,
+  key text NOT NULL,
+  fingerprint text NOT NULL,
+  status integer NOT NULL,
+  headers jsonb NOT NULL,
+  body bytea NOT NULL,
+  created_at timestamp with time zone DEFAULT now() NOT NULL
+);
+
 CREATE TABLE :"schema".inbox (
   consumer_group text NOT NULL,
   event_id uuid NOT NULL,
@@ -185,6 +195,7 @@ ALTER TABLE :"schema".consumer_groups ADD CONSTRAINT consumer_groups_pkey PRIMAR
 ALTER TABLE :"schema".dead_letter_replay_jobs ADD CONSTRAINT dead_letter_replay_jobs_pkey PRIMARY KEY (job_id, replay_id);
 ALTER TABLE :"schema".dead_letter_replays ADD CONSTRAINT dead_letter_replays_pkey PRIMARY KEY (id);
 ALTER TABLE :"schema".entity_versions ADD CONSTRAINT entity_versions_pkey PRIMARY KEY (entity);
+ALTER TABLE :"schema".idempotency_keys ADD CONSTRAINT idempotency_keys_pkey PRIMARY KEY (scope, key);
 ALTER TABLE :"schema".inbox ADD CONSTRAINT inbox_pkey PRIMARY KEY (consumer_group, event_id);
 ALTER TABLE :"schema".job_errors ADD CONSTRAINT job_errors_pkey PRIMARY KEY (job_id, claim);
 ALTER TABLE :"schema".job_steps ADD CONSTRAINT job_steps_pkey PRIMARY KEY (job_id, name);
@@ -217,6 +228,8 @@ ALTER TABLE :"schema".job_steps ADD CONSTRAINT job_steps_job_id_fkey FOREIGN KEY
 -- (made by its constraint) CREATE UNIQUE INDEX dead_letter_replay_jobs_pkey ON :"schema".dead_letter_replay_jobs USING btree (job_id, replay_id);
 -- (made by its constraint) CREATE UNIQUE INDEX dead_letter_replays_pkey ON :"schema".dead_letter_replays USING btree (id);
 -- (made by its constraint) CREATE UNIQUE INDEX entity_versions_pkey ON :"schema".entity_versions USING btree (entity);
+CREATE INDEX idempotency_keys_created_at ON :"schema".idempotency_keys USING btree (created_at);
+-- (made by its constraint) CREATE UNIQUE INDEX idempotency_keys_pkey ON :"schema".idempotency_keys USING btree (scope, key);
 -- (made by its constraint) CREATE UNIQUE INDEX inbox_pkey ON :"schema".inbox USING btree (consumer_group, event_id);
 CREATE INDEX inbox_received_idx ON :"schema".inbox USING btree (consumer_group, received_at);
 CREATE INDEX job_errors_failed_at_idx ON :"schema".job_errors USING btree (failed_at);

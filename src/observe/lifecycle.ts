@@ -19,8 +19,8 @@ export interface JobEventRef {
 
 /** Where an `error` or `warning` came from. */
 export interface EventOrigin {
-  /** `worker`, `relay`, `consumer` or `maintenance`. */
-  component: 'worker' | 'relay' | 'consumer' | 'maintenance';
+  /** `worker`, `relay`, `consumer`, `maintenance` or `http` (the Idempotency-Key middleware). */
+  component: 'worker' | 'relay' | 'consumer' | 'maintenance' | 'http';
   /** The worker id, relay target or consumer group, when there is one. */
   name?: string;
 }
