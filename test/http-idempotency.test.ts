@@ -65,6 +65,21 @@ async function post(url: string, body: unknown, headers: Record<string, string> 
   return { status: res.status, headers: res.headers, text: await res.text() };
 }
 
+/** A POST through node:http, which can send what fetch will not: a header twice, a byte beyond ASCII. */
+function rawPost(url: string, headers: Record<string, string | string[]>): Promise<{ status: number; text: string }> {
+  return new Promise((resolve, reject) => {
+    const target = new URL(url);
+    const body = JSON.stringify({ order: 'o-1' });
+    const request = request_({ host: target.hostname, port: target.port, path: target.pathname, method: 'POST', headers: { 'content-type': 'application/json', ...headers } }, (res) => {
+      let text = '';
+      res.on('data', (chunk: Buffer) => (text += chunk.toString()));
+      res.on('end', () => resolve({ status: res.statusCode ?? 0, text }));
+    });
+    request.on('error', reject);
+    request.end(body);
+  });
+}
+
 async function withOrders(t: TestMailroom): Promise<TestMailroom> {
   await t.sql(`CREATE TABLE "${t.schema}".orders (id text PRIMARY KEY)`);
   return t;
@@ -184,22 +199,12 @@ for (const db of testDatabases()) {
           assert.equal(bad.status, 400, key);
           assert.match((JSON.parse(bad.text) as { detail: string }).detail, why);
         }
-        const twice = await new Promise<{ status: number; text: string }>((resolve, reject) => {
-          const url = new URL(required.url);
-          const body = JSON.stringify({ order: 'o-1' });
-          const request = request_(
-            { host: url.hostname, port: url.port, path: url.pathname, method: 'POST', headers: { 'content-type': 'application/json', 'idempotency-key': ['a', 'b'] } },
-            (res) => {
-              let text = '';
-              res.on('data', (chunk: Buffer) => (text += chunk.toString()));
-              res.on('end', () => resolve({ status: res.statusCode ?? 0, text }));
-            },
-          );
-          request.on('error', reject);
-          request.end(body);
-        });
+        const twice = await rawPost(required.url, { 'idempotency-key': ['a', 'b'] });
         assert.equal(twice.status, 400);
         assert.match((JSON.parse(twice.text) as { detail: string }).detail, /more than one Idempotency-Key header/);
+        const accented = await rawPost(required.url, { 'idempotency-key': 'cl\u00e9' });
+        assert.equal(accented.status, 400);
+        assert.match((JSON.parse(accented.text) as { detail: string }).detail, /other than printable ASCII/);
         assert.equal(required.runs(), 0);
         assert.deepEqual(await orders(t), []);
       } finally {
