@@ -5,6 +5,7 @@
  */
 import { describe, it } from 'node:test';
 import assert from 'node:assert/strict';
+import pg from 'pg';
 import { defineEvent, defineJob, handle, handleEvent, MailroomError, PermanentError, snooze, ValidationError, type ConsumerSource } from '../src/index.ts';
 import { createTestMailroom, deliverEvents, enqueuedJobs, publishedEvents, runJobs } from '../src/testing/index.ts';
 import { databaseUrl, testDatabases, uniqueSchema } from './helpers/databases.ts';
@@ -222,6 +223,33 @@ for (const db of testDatabases()) {
       const again = await deliverEvents(mailroom, { group: 'kit-billing', handlers });
       assert.equal(again.completed, 0, 'nothing is delivered twice');
       assert.deepEqual(billedOrders.sort(), ['o-1', 'o-2']);
+    });
+
+    it('deliverEvents: with a relay of the test\'s own holding the internal target, waits until that relay has delivered every event', { skip: db.name !== 'postgres' && 'an open transaction on a second connection needs a server' }, async () => {
+      const { mailroom } = await db.open();
+      const running = mailroom.relay();
+      await running.start(); // holds the internal target: deliverEvents' own relay gets no lease
+      // A transaction open from before the publish holds the event back (the fence) until it ends.
+      const blocker = new pg.Client({ connectionString: databaseUrl! });
+      await blocker.connect();
+      try {
+        await blocker.query('BEGIN');
+        await blocker.query('SELECT pg_current_xact_id()');
+        await mailroom.publish(billed, { order: 'o-5' });
+        const handled: string[] = [];
+        const delivering = deliverEvents(mailroom, {
+          group: 'kit-alongside',
+          timeout: '20s',
+          handlers: { [billed.type]: handleEvent(billed, async (event) => void handled.push(event.data.order)) },
+        });
+        setTimeout(() => void blocker.query('COMMIT'), 500);
+        const result = await delivering;
+        assert.deepEqual(handled, ['o-5'], 'the running relay delivered it once the transaction ended, and the drain waited for it');
+        assert.equal(result.completed, 1);
+      } finally {
+        await blocker.end();
+        await running.stop();
+      }
     });
 
     it('deliverEvents: a failing handler is retried (runScheduled) and dead-lettered like any group job; a broker source is refused', async () => {

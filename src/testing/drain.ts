@@ -92,8 +92,9 @@ export async function runJobs(mailroom: Mailroom, options: RunJobsOptions): Prom
  * until nothing is left: a consumer group (starting at the `'earliest'`
  * retained event unless `from` says otherwise, so events published before it
  * count) and a relay of internal events, flushed until it delivers nothing
- * more (handlers may publish further events). A broker `source` is not
- * taken: test those with the broker.
+ * more (handlers may publish further events); when a relay of your own runs
+ * and holds the internal target, until it has delivered every event. A
+ * broker `source` is not taken: test those with the broker.
  *
  * @example
  * await mailroom.publish(orderPlaced, { orderId: 'o-1' });
@@ -118,6 +119,11 @@ export async function deliverEvents(mailroom: Mailroom, options: DeliverEventsOp
       what: 'deliverEvents',
       pump: async () => {
         const { internal } = await relay.flush();
+        if (internal?.leased === false) {
+          // Another relay of this database holds the internal target: it delivers; wait while it has events to.
+          const unpublished = (await mailroom.stats()).relay.internal?.unpublished ?? 0;
+          return { moved: 0, waiting: unpublished > 0 };
+        }
         return { moved: internal?.delivered ?? 0, waiting: internal?.heldBack === true };
       },
     });
