@@ -89,6 +89,13 @@ async function orders(t: TestMailroom): Promise<string[]> {
   return (await t.sql<{ id: string }>(`SELECT id FROM "${t.schema}".orders ORDER BY id`)).map((r) => r.id);
 }
 
+describe('mailroom/http package export', () => {
+  it('is the subpath mailroom/http (built to dist)', async () => {
+    const http = (await import('mailroom/http')) as Record<string, unknown>;
+    for (const name of ['idempotency', 'idempotencyTx', 'IdempotencyStore']) assert.equal(typeof http[name], 'function', name);
+  });
+});
+
 for (const db of testDatabases()) {
   describe(`mailroom/http idempotency on ${db.name}`, () => {
     const open = async () => {
