@@ -242,7 +242,7 @@ export class Mailroom extends SafeEmitter<MailroomEvents> {
       fail: (e) => this.fail(e),
     });
     this.parkedEvents = parkedEventsApi({ driver: this.driver, queries: parkedQueries(this.quotedSchema), fail: (e) => this.fail(e) });
-    this.consumerGroups = { remove: (group) => removeConsumerGroup(this.driver, this.consumerQueries, group).catch((e) => this.fail(e)) };
+    this.consumerGroups = { remove: (group, options) => removeConsumerGroup(this.driver, this.consumerQueries, group, options).catch((e) => this.fail(e)) };
     this.jobs = {
       get: (id) =>
         getJob(this.driver, this.queries, id)

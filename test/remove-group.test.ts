@@ -61,7 +61,7 @@ for (const db of testDatabases()) {
       const inbox = `SELECT count(*)::int AS n FROM "${t.schema}".inbox WHERE consumer_group = $1`;
       assert.equal((await t.sql<{ n: number }>(inbox, ['billing-v1']))[0]!.n, 2);
 
-      assert.deepEqual(await mailroom.consumerGroups.remove('billing-v1'), { removed: true, cancelledJobs: 2, inboxKeys: 2 });
+      assert.deepEqual(await mailroom.consumerGroups.remove('billing-v1'), { removed: true, cancelledJobs: 2, inboxKeys: 2, broker: null });
       assert.deepEqual(await statesOf(t, 'consumer.billing-v1'), { cancelled: 2, completed: 2, dead: 1 });
       assert.equal((await t.sql<{ n: number }>(inbox, ['billing-v1']))[0]!.n, 0);
       const stats = await mailroom.stats();
@@ -72,7 +72,7 @@ for (const db of testDatabases()) {
       await flushUntil(relay, 1);
       assert.deepEqual(await statesOf(t, 'consumer.billing-v1'), { cancelled: 2, completed: 2, dead: 1 });
       await eventually(async () => (await statesOf(t, 'consumer.ledger')).completed === 6, 10_000, 'ledger handled all six events');
-      assert.deepEqual(await mailroom.consumerGroups.remove('billing-v1'), { removed: false, cancelledJobs: 0, inboxKeys: 0 }, 'a second removal finds nothing');
+      assert.deepEqual(await mailroom.consumerGroups.remove('billing-v1'), { removed: false, cancelledJobs: 0, inboxKeys: 0, broker: null }, 'a second removal finds nothing');
       await relay.stop();
       await kept.stop();
     });
@@ -94,7 +94,7 @@ for (const db of testDatabases()) {
       release();
       await consumer.stop();
       await relay.stop();
-      assert.deepEqual(await mailroom.consumerGroups.remove('busy'), { removed: true, cancelledJobs: 0, inboxKeys: 1 });
+      assert.deepEqual(await mailroom.consumerGroups.remove('busy'), { removed: true, cancelledJobs: 0, inboxKeys: 1, broker: null });
       for (const bad of ['', 'Billing', 'a b', 'x'.repeat(65), 42]) {
         await assert.rejects(mailroom.consumerGroups.remove(bad as string), (e: unknown) => e instanceof ValidationError && /consumerGroups\.remove: group .* is not valid; use 1-64 lower-case letters/.test(e.message), String(bad));
       }
@@ -119,7 +119,7 @@ describe('mailroom groups remove (real binary, PostgreSQL)', { skip: databaseUrl
     assert.deepEqual(await statesOf(t, 'consumer.audit-v1'), { cancelled: 2 });
     const again = await runMailroom(['groups', 'remove', 'audit-v1', '--json', ...args]);
     assert.equal(again.code, 1, showRun(again));
-    assert.deepEqual(runJson(again), { removed: false, cancelledJobs: 0, inboxKeys: 0 });
+    assert.deepEqual(runJson(again), { removed: false, cancelledJobs: 0, inboxKeys: 0, broker: null });
     const unknown = await runMailroom(['groups', 'remove', 'nobody', ...args]);
     assert.equal(unknown.code, 1, showRun(unknown));
     assert.match(unknown.stderr, /no consumer group named nobody is registered/);

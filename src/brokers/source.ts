@@ -64,6 +64,20 @@ export interface ConsumerSource {
    * has not been started can check what that group would use.
    */
   check?(context?: SourceCheckContext): Promise<SafetyWarning[]>;
+  /**
+   * Deletes what the broker keeps for the group: its queue (RabbitMQ), its
+   * durable consumer (NATS) or its stream consumer group (Redis), with the
+   * messages not yet taken. Called by `consumerGroups.remove(group, { source })`
+   * after the group left the database; resolves with what it did, for people.
+   * Refuses while the source runs.
+   */
+  remove?(context: SourceRemoveContext): Promise<string>;
+}
+
+/** What a source's `remove()` is told. */
+export interface SourceRemoveContext {
+  /** The consumer group being removed (names a durable consumer or stream group when the source's options do not). */
+  readonly group: string;
 }
 
 /** What a source's `check()` is told about the consumer group reading it. */

@@ -6,7 +6,7 @@
 import { jetstream, jetstreamManager, type Consumer, type ConsumerMessages, type JetStreamManager, type JsMsg } from '@nats-io/jetstream';
 import type { NatsConnection } from '@nats-io/transport-node';
 import type { SafetyWarning } from '../safety.ts';
-import type { ConsumerSource, SourceCheckContext, SourceContext, SourceMessage } from '../source.ts';
+import type { ConsumerSource, SourceCheckContext, SourceContext, SourceMessage, SourceRemoveContext } from '../source.ts';
 import { sourceWarnings } from './check.ts';
 import { closeQuietly, describeServers, openConnection, reason } from './connect.ts';
 import { consumerInfoOrNull, DEFAULT_ACK_WAIT_MS, ensureConsumer, type ConsumerSpec } from './consumer.ts';
@@ -279,6 +279,25 @@ export class NatsSource implements ConsumerSource {
       const jsm = shared ?? (await jetstreamManager(nc!));
       const info = await consumerInfoOrNull(jsm, spec.stream, durable);
       return info ? sourceWarnings(info, handlerTimeoutMs, `nats ${spec.where} stream ${spec.stream} consumer ${durable}`) : [];
+    } finally {
+      await closeQuietly(nc);
+    }
+  }
+  /**
+   * Deletes the durable consumer (the `durable` option, else the group's
+   * name) and with it the stream's record of what it has taken; the stream
+   * and its messages stay. Refuses while this source runs.
+   */
+  async remove(context: SourceRemoveContext): Promise<string> {
+    if (this.#run) throw new Error(`nats: source ${this.name} is running; stop it before removing its consumer`);
+    const durable = this.#options.durable ?? assertDurable(context.group, 'group');
+    const what = `nats consumer ${durable} on stream ${this.#options.stream} (${describeServers(this.#options.servers)})`;
+    const nc = await openConnection(this.#options.servers, `mailroom remove ${durable}`);
+    try {
+      const jsm = await jetstreamManager(nc);
+      if ((await consumerInfoOrNull(jsm, this.#options.stream, durable)) === null) return `${what}: none to delete`;
+      await jsm.consumers.delete(this.#options.stream, durable);
+      return `${what} deleted`;
     } finally {
       await closeQuietly(nc);
     }

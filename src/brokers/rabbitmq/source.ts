@@ -5,9 +5,9 @@
  */
 import type { Channel, ChannelModel, ConsumeMessage } from 'amqplib';
 import type { SafetyWarning } from '../safety.ts';
-import type { ConsumerSource, SourceContext, SourceMessage } from '../source.ts';
+import type { ConsumerSource, SourceContext, SourceMessage, SourceRemoveContext } from '../source.ts';
 import { queueMissing, exists } from './check.ts';
-import { amqpCode, closeQuietly, nextDelay, openChannel, openConnection, serverText, SETUP_TIMEOUT_MS, withTimeout } from './connection.ts';
+import { amqpCode, closeChannelQuietly, closeQuietly, nextDelay, openChannel, openConnection, serverText, SETUP_TIMEOUT_MS, withTimeout } from './connection.ts';
 import { Waker } from '../../worker/waker.ts';
 import { redactUrl, resolveSourceOptions, type RabbitMqSourceOptions, type ResolvedSourceOptions } from './options.ts';
 
@@ -15,7 +15,10 @@ import { redactUrl, resolveSourceOptions, type RabbitMqSourceOptions, type Resol
 export interface RabbitMqSource extends ConsumerSource {
   /** `rabbitmq-queue-missing` when there is no `declare` and the queue does not exist. */
   check(): Promise<SafetyWarning[]>;
+  /** Deletes the queue with the messages in it, unless a consumer is attached (its bindings go with it). */
+  remove(context: SourceRemoveContext): Promise<string>;
 }
+
 
 /** One connection with its consuming channel; messages ack on the session they came on. */
 interface Session {
@@ -100,6 +103,32 @@ class RabbitMqConsumerSource implements RabbitMqSource {
     const session = this.session;
     this.session = null;
     if (session !== null) await closeSession(session);
+  }
+
+  /**
+   * Deletes the queue (with the messages it holds and its bindings), only
+   * while no consumer is attached to it. Refuses while this source runs.
+   */
+  async remove(_context: SourceRemoveContext): Promise<string> {
+    if (this.state === 'running') throw new Error(`rabbitmq: the source for queue '${this.options.queue}' is running; stop it before removing its queue`);
+    const { url, queue } = this.options;
+    const what = `rabbitmq queue ${queue} on ${redactUrl(url)}`;
+    const connection = await openConnection(url, `consumer source ${queue} remove`);
+    try {
+      if (!(await exists(connection, 'queue', queue))) return `${what}: none to delete`;
+      const channel = await openChannel(connection);
+      try {
+        // Quorum queues do not take delete's if-unused flag: the consumers are counted first instead.
+        const { consumerCount } = await channel.checkQueue(queue);
+        if (consumerCount > 0) throw new Error(`rabbitmq: ${what} still has ${consumerCount} consumer(s) attached; stop every consumer of it, then remove it`);
+        const { messageCount } = await channel.deleteQueue(queue);
+        return `${what} deleted with ${messageCount} message${messageCount === 1 ? '' : 's'} in it`;
+      } finally {
+        await closeChannelQuietly(channel);
+      }
+    } finally {
+      await closeQuietly(connection);
+    }
   }
 
   async check(): Promise<SafetyWarning[]> {

@@ -10,7 +10,7 @@ import type { Redis } from 'ioredis';
 import { MailroomError } from '../../errors.ts';
 import { Waker } from '../../worker/waker.ts';
 import type { SafetyWarning } from '../safety.ts';
-import type { ConsumerSource, SourceContext, SourceMessage } from '../source.ts';
+import type { ConsumerSource, SourceContext, SourceMessage, SourceRemoveContext } from '../source.ts';
 import { serverWarnings, warningSubject } from './check.ts';
 import { RedisConnection, reason } from './connection.ts';
 import { entryParts, parseAutoclaimReply, parseReadReply, type StreamEntry } from './entries.ts';
@@ -82,6 +82,26 @@ class RedisStreamSource implements ConsumerSource {
     const connection = new RedisConnection(this.options.url, 'check');
     try {
       return await serverWarnings(await connection.get(), warningSubject(this.options.url, this.options.stream), 'source');
+    } finally {
+      await connection.close();
+    }
+  }
+
+  /**
+   * Destroys the stream's consumer group (the `group` option, else the
+   * group's name) and its pending entries; the stream and its entries stay.
+   * Refuses while this source runs.
+   */
+  async remove(context: SourceRemoveContext): Promise<string> {
+    if (this.session) throw new MailroomError(`redis source ${this.name}: it is running; stop it before removing its consumer group`);
+    const group = this.options.group ?? context.group;
+    const what = `redis consumer group ${group} on ${warningSubject(this.options.url, this.options.stream)}`;
+    const connection = new RedisConnection(this.options.url, 'remove');
+    try {
+      const client = await connection.get();
+      if ((await client.exists(this.options.stream)) === 0) return `${what}: none to delete (no stream)`;
+      const destroyed = Number(await client.call('XGROUP', ['DESTROY', this.options.stream, group]));
+      return destroyed === 1 ? `${what} destroyed` : `${what}: none to delete`;
     } finally {
       await connection.close();
     }
