@@ -70,3 +70,6 @@ export { redact, REDACTED } from './observe/redact.ts';
 export { withCorrelation, logContext, currentContext } from './observe/context.ts';
 export type { MailroomContext } from './observe/context.ts';
 export type { MailroomLogger } from './observe/logger.ts';
+export { createDashboard } from './dashboard/server.ts';
+export type { Dashboard } from './dashboard/server.ts';
+export type { DashboardOptions } from './dashboard/options.ts';

@@ -11,6 +11,7 @@ import { demoCommand } from './demo.ts';
 import { dlqCommand } from './dlq.ts';
 import { doctorCommand } from './doctor.ts';
 import { groupsCommand } from './groups.ts';
+import { dashboardCommand } from './dashboard.ts';
 import { commandHelp, overviewHelp } from './help.ts';
 import { jobsCommand } from './jobs.ts';
 import { migrateCommand } from './migrate.ts';
@@ -19,7 +20,7 @@ import { startCommand } from './start.ts';
 import { statusCommand } from './status.ts';
 import { parsesOwnArguments } from './subcommand.ts';
 
-const COMMANDS: readonly CommandSpec[] = [migrateCommand, startCommand, demoCommand, doctorCommand, statusCommand, jobsCommand, dlqCommand, parkedCommand, groupsCommand, benchCommand];
+const COMMANDS: readonly CommandSpec[] = [migrateCommand, startCommand, demoCommand, doctorCommand, statusCommand, jobsCommand, dlqCommand, parkedCommand, groupsCommand, dashboardCommand, benchCommand];
 
 /** Commands DESIGN.md promises that this version does not have yet. */
 const PLANNED = ['dashboard'];
