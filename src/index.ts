@@ -7,7 +7,7 @@ export type { MailroomOptions, MailroomTransaction, JobsApi, VersionsApi } from 
 export type { JobActionResult } from './jobs/admin.ts';
 export type { MailroomStats, QueueStats } from './stats.ts';
 export { defineConfig } from './config/define-config.ts';
-export type { MailroomConfig, MailroomConfigExport, MetricsConfig } from './config/define-config.ts';
+export type { MailroomConfig, MailroomConfigExport, MetricsConfig, DashboardConfig } from './config/define-config.ts';
 export type { MetricsOptions } from './observe/metrics.ts';
 export { desiredWorkers } from './observe/desired-workers.ts';
 export type { DesiredWorkersOptions, ResolvedDesiredWorkersOptions } from './observe/desired-workers.ts';

@@ -336,6 +336,34 @@ test('start from an .mjs config with a consumer group and a relay: every event p
   assert.deepEqual(rows.map((r) => [r.event_id, r.n]), ids.map((id, i) => [id, i + 1]), `each event once\n${child.output}`);
 });
 
+test('start serves the dashboard of its config (token from MAILROOM_DASHBOARD_TOKEN, read-only); a short token in the config exits 2 naming dashboard.token', async (t) => {
+  const db = await makeDb(t);
+  const cwd = tempDir();
+  const config = JSON.parse(readFileSync(join(FIXTURES, 'basic.config.json'), 'utf8')) as Record<string, unknown>;
+  const port = await freePort();
+  writeFileSync(join(cwd, 'mailroom.config.json'), JSON.stringify({ ...config, schema: db.schema, dashboard: { port, readOnly: true } }, null, 2));
+  const token = 'start-dashboard-token-0123456789';
+  const child = new Child(['start', ...db.args, '--no-metrics', '--json'], { cwd, env: { MAILROOM_DASHBOARD_TOKEN: token } });
+  t.after(() => child.stop());
+  await child.printed(/"event":"running"/);
+  const lines = child.stdout.trim().split('\n').map((line) => JSON.parse(line) as { event: string; [k: string]: unknown });
+  const shown = lines.find((l) => l.event === 'dashboard');
+  assert.ok(shown, child.output);
+  assert.equal(shown.url, `http://127.0.0.1:${port}/`, 'a token from the environment is not printed');
+  assert.equal(shown.readOnly, true);
+  assert.equal((await fetch(`http://127.0.0.1:${port}/api/meta`)).status, 401);
+  const meta = (await (await fetch(`http://127.0.0.1:${port}/api/meta`, { headers: { authorization: `Bearer ${token}` } })).json()) as { readOnly: boolean; schema: string };
+  assert.deepEqual([meta.readOnly, meta.schema], [true, db.schema]);
+  child.signal('SIGINT');
+  assert.equal(await child.until(child.exited, 'the exit'), 0, child.output);
+  await assert.rejects(fetch(`http://127.0.0.1:${port}/api/meta`), 'the dashboard stopped with start');
+
+  writeFileSync(join(cwd, 'mailroom.config.json'), JSON.stringify({ ...config, schema: db.schema, dashboard: { token: 'short' } }, null, 2));
+  const bad = await run(['start', ...db.args, '--no-metrics'], { cwd });
+  assert.equal(bad.code, 2, bad.stderr);
+  assert.match(bad.stderr, /dashboard\.token: .*at least 16 characters/);
+});
+
 test('config mistakes exit 2 and name the file, the line and the fix', async () => {
   const empty = tempDir();
   const config = (file: string) => ['start', '--config', join(FIXTURES, file), '--no-metrics'];

@@ -15,10 +15,12 @@ import { migrations } from '../storage/migrations.ts';
 import { integerOption, stringOption, UsageError, type CommandSpec, type Io } from './args.ts';
 import { describeTarget, openDatabase, resolveTarget, type DatabaseTarget } from './database.ts';
 import { startMetricsServer, type MetricsServer } from './metrics-server.ts';
+import { createDashboard } from '../dashboard/server.ts';
 import { startQueries } from './start-queries.ts';
 import { chooseDatabase, isTarget, loadCommandConfig } from './command-config.ts';
 
 const DEFAULT_METRICS_PORT = 9464;
+const DEFAULT_DASHBOARD_PORT = 4000;
 const DEFAULT_SHUTDOWN_TIMEOUT = '30s';
 
 /** Writes one line per step: text for people, or one JSON object per line with `--json`. */
@@ -122,12 +124,13 @@ async function runStart(values: Record<string, string | boolean | undefined>, io
   const say = sayer(io, values.json === true);
   const signals = watchSignals(io);
   let server: MetricsServer | null = null;
+  let dashboard: { url: string; close(): Promise<void> } | null = null;
   let mailroom: Mailroom | undefined;
   let closeDatabase = async () => {};
   try {
     const loaded = (await loadCommandConfig(values, true))!;
     const { config } = loaded;
-    const { migrate, workers: _w, consumers: _c, relay: _r, metrics, shutdownTimeout, database: _d, ...options } = config;
+    const { migrate, workers: _w, consumers: _c, relay: _r, metrics, dashboard: dashboardConfig, shutdownTimeout, database: _d, ...options } = config;
     const { port: _port, host: _host, path: _path, ...metricsOptions } = metrics === false ? {} : (metrics ?? {});
     const timeout = shutdownTimeout ?? DEFAULT_SHUTDOWN_TIMEOUT;
     say('config', `config: ${loaded.display}`, { file: loaded.path });
@@ -161,6 +164,14 @@ async function runStart(values: Record<string, string | boolean | undefined>, io
       say('database', `database: ${where}, schema "${schema}"`, { location: where, schema, applied: [] });
     }
 
+    if (dashboardConfig) {
+      // Before the components: a port in use fails before anything has started.
+      const { port, host, ...dashboardOptions } = dashboardConfig;
+      const made = createDashboard(mailroom, { token: process.env.MAILROOM_DASHBOARD_TOKEN || undefined, ...dashboardOptions });
+      dashboard = await made.listen(port ?? DEFAULT_DASHBOARD_PORT, host ?? '127.0.0.1');
+      say('dashboard', `dashboard: ${dashboard.url}${made.readOnly ? ' (read-only)' : ''}`, { url: dashboard.url, readOnly: made.readOnly });
+    }
+
     const timeoutText = typeof timeout === 'number' ? `${timeout} ms` : timeout;
     // A signal during start-up: nothing more is started, and the stop below runs at once.
     if (signals.received === undefined) {
@@ -179,6 +190,8 @@ async function runStart(values: Record<string, string | boolean | undefined>, io
     say('stopping', `stopping (${signal}): waiting up to ${timeoutText} for running jobs; unfinished ones go back to the queue`, { signal, timeoutMs: toMilliseconds(timeout, 'shutdownTimeout') });
     const closing = mailroom;
     mailroom = undefined;
+    await dashboard?.close();
+    dashboard = null;
     await closing.close({ timeout });
     await closeDatabase();
     await server?.close();
@@ -189,6 +202,7 @@ async function runStart(values: Record<string, string | boolean | undefined>, io
     // Failing at start: undo what was opened (the error itself goes to main, which prints it and exits 1 or 2).
     if (mailroom) await mailroom.close({ timeout: '5s' }).catch(() => {});
     if (server) await server.close().catch(() => {});
+    if (dashboard) await dashboard.close().catch(() => {});
     await closeDatabase().catch(() => {});
     signals.dispose();
   }

@@ -7,6 +7,7 @@ import type { Duration } from '../duration.ts';
 import type { ConsumerOptions } from '../consumers/options.ts';
 import type { MailroomOptions } from '../mailroom.ts';
 import type { MetricsOptions } from '../observe/metrics.ts';
+import type { DashboardOptions } from '../dashboard/options.ts';
 import type { RelayOptions } from '../relay/options.ts';
 import type { WorkerOptions } from '../worker/options.ts';
 
@@ -46,8 +47,21 @@ export interface MailroomConfig extends Omit<MailroomOptions, 'metrics'> {
    * turns the endpoint off. Default `{ port: 9464, host: '127.0.0.1', path: '/metrics' }`.
    */
   metrics?: MetricsConfig | false;
+  /**
+   * Serve the web dashboard too (docs/OPERATIONS.md, "`mailroom dashboard`").
+   * Default: not served.
+   */
+  dashboard?: DashboardConfig | false;
   /** How long SIGTERM / SIGINT waits for running handlers before handing their jobs back. Default `'30s'`. */
   shutdownTimeout?: Duration;
+}
+
+/** The dashboard of `mailroom start`: where it listens, and the options of `createDashboard`. */
+export interface DashboardConfig extends DashboardOptions {
+  /** Default 4000. */
+  port?: number;
+  /** Default `'127.0.0.1'`. */
+  host?: string;
 }
 
 /** What a config file's default export may be: the config, or a function (maybe async) that returns it. */

@@ -13,6 +13,7 @@ import { assertSource } from '../events/envelope.ts';
 import { assertName, quoteSchema } from '../identifiers.ts';
 import type { QueueSettings } from '../mailroom.ts';
 import { checkMetricsOptions, type MetricsOptions } from '../observe/metrics.ts';
+import { resolveDashboardOptions, type DashboardOptions } from '../dashboard/options.ts';
 import { checkRedactPaths } from '../observe/redact.ts';
 import { INTERNAL_TARGET } from '../relay/internal-target.ts';
 import { resolveRelayOptions, type RelayOptions } from '../relay/options.ts';
@@ -20,7 +21,7 @@ import type { RelayTarget } from '../relay/target.ts';
 import { resolveRetention, type RetentionOptions } from '../retention.ts';
 import { resolveWorkerOptions, type WorkerOptions } from '../worker/options.ts';
 import { ConfigProblem } from './config-error.ts';
-import type { MailroomConfig, MetricsConfig } from './define-config.ts';
+import type { DashboardConfig, MailroomConfig, MetricsConfig } from './define-config.ts';
 import { childPath } from './key-path.ts';
 
 /** Whether the config came from JSON (data only) or from code (may hold handlers and targets). */
@@ -45,9 +46,10 @@ const TOP_KEYS = {
   consumers: true,
   relay: true,
   metrics: true,
+  dashboard: true,
   shutdownTimeout: true,
 } satisfies Keys<MailroomConfig>;
-const JSON_KEYS = ['database', 'schema', 'maxPayloadBytes', 'poolSize', 'rescueInterval', 'retention', 'source', 'queues', 'redact', 'migrate', 'relay', 'metrics', 'shutdownTimeout'];
+const JSON_KEYS = ['database', 'schema', 'maxPayloadBytes', 'poolSize', 'rescueInterval', 'retention', 'source', 'queues', 'redact', 'migrate', 'relay', 'metrics', 'dashboard', 'shutdownTimeout'];
 const WORKER_KEYS = {
   queues: true,
   handlers: true,
@@ -257,6 +259,21 @@ function checkMetrics(config: Plain): void {
   check('', config, () => checkMetricsOptions(options as MetricsOptions));
 }
 
+const DASHBOARD_KEYS = { port: true, host: true, token: true, readOnly: true } satisfies Keys<DashboardConfig>;
+
+function checkDashboard(config: Plain): void {
+  const dashboard = config.dashboard;
+  if (dashboard === undefined || dashboard === false) return;
+  expectObject(dashboard, 'dashboard', '{ port, host, readOnly, token } or false');
+  checkKeys(dashboard, DASHBOARD_KEYS, 'dashboard');
+  checkInteger(dashboard, 'dashboard', 'port', 0, 65_535);
+  if (dashboard.host !== undefined && (typeof dashboard.host !== 'string' || dashboard.host.trim() === '')) {
+    throw new ConfigProblem('dashboard.host', `expected an address such as '127.0.0.1' or '0.0.0.0', got ${typeName(dashboard.host)}`);
+  }
+  const { port: _port, host: _host, ...options } = dashboard;
+  check('dashboard', dashboard, () => resolveDashboardOptions(options as DashboardOptions));
+}
+
 function checkQueues(queues: unknown): void {
   if (queues === undefined) return;
   expectObject(queues, 'queues', 'an object of queue name -> { owner }');
@@ -345,5 +362,6 @@ export function validateConfig(value: unknown, kind: ConfigKind): MailroomConfig
   checkConsumers(value.consumers, kind);
   checkRelay(value.relay, kind);
   checkMetrics(value);
+  checkDashboard(value);
   return value as MailroomConfig;
 }
