@@ -88,6 +88,10 @@ for (const db of testDatabases()) {
         const letter = await call(url, `/api/dead-letters/${page.items[0]!.id}`);
         assert.doesNotMatch(letter.text, /@example\.com/);
         assert.equal((await call(url, '/api/jobs/00000000-0000-7000-8000-000000000000')).status, 404);
+        await t.mailroom.enqueue(signup, { email: 'lin@example.com', plan: 'team' }, { correlationId: 'req-77' });
+        const trail = await call(url, '/api/correlation/req-77');
+        assert.equal((trail.json() as { jobs: { type: string }[] }).jobs.map((j) => j.type).join(), signup.name, 'the jobs of a correlation id');
+        assert.doesNotMatch(trail.text, /lin@example\.com/);
         assert.equal((await call(url, '/api/dead-letters?since=yesterday-ish')).status, 400, 'a bad filter is a 400 naming it');
       } finally {
         await close();
