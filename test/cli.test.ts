@@ -163,7 +163,8 @@ describe('mailroom command line', () => {
       note?: string;
     }
     /** The adapter modules as a config file in a temp directory imports them. */
-    const adapterModule = (broker: string) => JSON.stringify(new URL(`../src/brokers/${broker}/index.ts`, import.meta.url).href);
+    // The built adapters, as the built binary that loads the config has them.
+    const adapterModule = (broker: string) => JSON.stringify(new URL(`../dist/brokers/${broker}/index.js`, import.meta.url).href);
     let configs: string;
     let configCount = 0;
     before(() => {
