@@ -127,7 +127,7 @@ for (const db of testDatabases()) {
       }
     });
 
-    it('in a browser: the token from the link, the queues, the dead letters, and a replay with its confirmation', { skip: noBrowser }, async () => {
+    it('in a browser: the token from the link, the queues, the dead letters, one shown and replayed from its row, and the rest replayed with a confirmation', { skip: noBrowser }, async () => {
       const t = await db.open();
       await withDeadLetters(t.mailroom);
       const dashboard = createDashboard(t.mailroom); // a generated token, carried by the URL it prints
@@ -144,14 +144,23 @@ for (const db of testDatabases()) {
         await page.click('#dlq-filter button');
         await page.locator('#dead tbody tr').nth(1).waitFor();
         assert.match((await page.locator('#dead tbody').textContent()) ?? '', /mailbox does not exist/);
-        await page.click('#replay'); // a dry run first (checked by default)
+        await page.locator('#dead tbody tr').first().locator('.show-letter').click();
+        await page.locator('#letter').waitFor();
+        assert.match((await page.textContent('#letter')) ?? '', /"history"/, 'a dead letter in full, with its history');
+        const firstId = (await page.locator('#dead tbody tr').first().locator('td').nth(6).textContent())!;
+        page.once('dialog', (dialog) => void dialog.accept());
+        await page.locator('#dead tbody tr').first().locator('.replay-one').click();
+        await page.locator('#dlq-result', { hasText: `replay ${firstId}: 1 replayed` }).waitFor();
+        await page.locator('#dead tbody tr').nth(1).waitFor({ state: 'detached' });
+        assert.equal((await enqueuedJobs(t.mailroom, signup)).map((j) => j.id).join(), firstId, 'that one job waits to run again');
+        await page.click('#replay'); // the rest: a dry run first (checked by default)
         await page.locator('#dlq-result', { hasText: 'Dry run' }).waitFor();
-        assert.match((await page.textContent('#dlq-result')) ?? '', /Dry run: replay: 2 matched/);
+        assert.match((await page.textContent('#dlq-result')) ?? '', /Dry run: replay: 1 matched/);
         await page.uncheck('#dry-run');
         page.once('dialog', (dialog) => void dialog.accept());
         await page.click('#replay');
-        await page.locator('#dlq-result', { hasText: 'replayed' }).waitFor();
-        assert.match((await page.textContent('#dlq-result')) ?? '', /replay: 2 matched, 2 replayed/);
+        await page.locator('#dlq-result', { hasText: 'matched, 1 replayed' }).waitFor();
+        assert.match((await page.textContent('#dlq-result')) ?? '', /replay: 1 matched, 1 replayed/);
         assert.equal((await enqueuedJobs(t.mailroom, signup)).length, 2, 'the jobs wait to run again');
         await page.locator('#dead tbody tr').first().waitFor({ state: 'detached' });
       } finally {
@@ -162,12 +171,15 @@ for (const db of testDatabases()) {
 
     it('in a browser: a read-only dashboard hides the actions, and a wrong token asks for one', { skip: noBrowser }, async () => {
       const t = await db.open();
+      await withDeadLetters(t.mailroom);
       const { url, close } = await createDashboard(t.mailroom, { token: TOKEN, readOnly: true }).listen();
       const page = await (await openBrowser()).newPage();
       try {
         await page.goto(`${url}#token=${TOKEN}`);
         await page.locator('#readonly').waitFor();
         assert.equal(await page.isVisible('#dlq-actions'), false);
+        await page.locator('#dead tbody tr .show-letter').first().waitFor();
+        assert.equal(await page.locator('.replay-one').count(), 0, 'no replay button on a row either, only Show');
         await page.goto('about:blank'); // a new load, not a change of the fragment only
         await page.goto(`${url}#token=not-the-right-token-at-all`);
         await page.locator('#login').waitFor();

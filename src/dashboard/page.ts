@@ -49,7 +49,8 @@ export const DASHBOARD_PAGE = `<!doctype html>
   <input name="category" type="text" placeholder="category"><input name="since" type="text" placeholder="since (2h, 2026-12-01)">
   <input name="text" type="text" placeholder="error text"><button>Search</button>
 </form>
-<table id="dead"><thead><tr><th>died</th><th>queue</th><th>type</th><th>category</th><th>attempts</th><th>error</th><th>id</th></tr></thead><tbody></tbody></table>
+<table id="dead"><thead><tr><th>died</th><th>queue</th><th>type</th><th>category</th><th>attempts</th><th>error</th><th>id</th><th></th></tr></thead><tbody></tbody></table>
+<pre id="letter" hidden></pre>
 <form id="dlq-actions">
   <label>rate/s <input id="rate" type="number" min="1" step="1" value="10"></label>
   <label><input id="dry-run" type="checkbox" checked> dry run</label>
@@ -100,7 +101,34 @@ export const DASHBOARD_PAGE = `<!doctype html>
       const query = new URLSearchParams(Object.entries(filter).filter(([, v]) => v !== ''));
       const page = await api('dead-letters?' + query);
       fill('dead', page.items, (d) => [new Date(d.diedAt).toLocaleString(), d.queue, d.type, d.category, d.attempts, d.message, d.id]);
+      [...$('dead').tBodies[0].rows].forEach((tr, i) => {
+        const id = page.items[i].id;
+        const td = tr.insertCell();
+        const show = document.createElement('button');
+        show.type = 'button'; show.textContent = 'Show'; show.className = 'show-letter';
+        show.addEventListener('click', () => showLetter(id));
+        td.append(show);
+        if (!readOnly) {
+          const again = document.createElement('button');
+          again.type = 'button'; again.textContent = 'Replay'; again.className = 'replay-one';
+          again.addEventListener('click', () => replayOne(id));
+          td.append(' ', again);
+        }
+      });
     } catch (error) { $('status').textContent = error.message; }
+  }
+  async function showLetter(id) {
+    try { $('letter').textContent = JSON.stringify(await api('dead-letters/' + encodeURIComponent(id)), null, 2); }
+    catch (error) { $('letter').textContent = error.message; }
+    $('letter').hidden = false;
+  }
+  async function replayOne(id) {
+    if (!confirm('Replay dead letter ' + id + '?')) return;
+    try {
+      const result = await api('dead-letters/replay', { filter: { ids: [id] }, dryRun: false });
+      $('dlq-result').textContent = 'replay ' + id + ': ' + result.replayed + ' replayed';
+      await Promise.all([searchDead(), refresh()]);
+    } catch (error) { $('dlq-result').textContent = error.message; }
   }
   async function act(kind) {
     const dryRun = $('dry-run').checked;
