@@ -61,7 +61,12 @@ for (const db of testDatabases()) {
         assert.ok('queues' in stats.json());
         const page = await call(url, '/', { token: null });
         assert.equal(page.status, 200);
-        assert.match(page.headers.get('content-security-policy') ?? '', /frame-ancestors 'none'/);
+        const policy = page.headers.get('content-security-policy') ?? '';
+        assert.match(policy, /frame-ancestors 'none'/);
+        const nonce = /script-src 'nonce-([^']+)'/.exec(policy)?.[1];
+        assert.ok(nonce, `scripts by nonce only: ${policy}`);
+        assert.ok(page.text.includes(`<script nonce="${nonce}">`), 'the page\'s script carries it');
+        assert.notEqual(/script-src 'nonce-([^']+)'/.exec((await call(url, '/', { token: null })).headers.get('content-security-policy') ?? '')?.[1], nonce, 'a new nonce per response');
         assert.equal(page.headers.get('x-frame-options'), 'DENY');
         assert.doesNotMatch(page.text, new RegExp(TOKEN));
         assert.equal((await call(url, '/api/nothing')).status, 404);

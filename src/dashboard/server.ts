@@ -4,7 +4,7 @@
  * site cannot make a browser send it); actions must also come from the
  * dashboard's own origin, as JSON, and are refused in read-only mode.
  */
-import { createHash, timingSafeEqual } from 'node:crypto';
+import { createHash, randomBytes, timingSafeEqual } from 'node:crypto';
 import { createServer, type IncomingMessage, type Server, type ServerResponse } from 'node:http';
 import type { AddressInfo } from 'node:net';
 import type { Mailroom } from '../mailroom.ts';
@@ -73,9 +73,11 @@ export function createDashboard(mailroom: Mailroom, options: DashboardOptions = 
     const url = new URL(req.url ?? '/', 'http://dashboard');
     const method = req.method ?? 'GET';
     if (url.pathname === '/' && (method === 'GET' || method === 'HEAD')) {
-      // The page holds no data: it asks for the token and reads everything through the API.
-      return send(res, 200, 'text/html; charset=utf-8', DASHBOARD_PAGE, {
-        'content-security-policy': "default-src 'none'; script-src 'self' 'unsafe-inline'; style-src 'unsafe-inline'; connect-src 'self'; img-src 'self' data:; base-uri 'none'; form-action 'none'; frame-ancestors 'none'",
+      // The page holds no data: it asks for the token and reads everything through the API. Its one
+      // script runs by a nonce made for this response; no other script can.
+      const nonce = randomBytes(16).toString('base64');
+      return send(res, 200, 'text/html; charset=utf-8', DASHBOARD_PAGE.replace('<script>', `<script nonce="${nonce}">`), {
+        'content-security-policy': `default-src 'none'; script-src 'nonce-${nonce}'; style-src 'unsafe-inline'; connect-src 'self'; base-uri 'none'; form-action 'none'; frame-ancestors 'none'`,
       });
     }
     if (!url.pathname.startsWith('/api/')) return sendJson(res, 404, { error: `no such page: ${url.pathname}` });
