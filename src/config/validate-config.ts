@@ -243,15 +243,20 @@ function checkRelay(relay: unknown, kind: ConfigKind): void {
   check('relay', relay, () => resolveRelayOptions(relay as RelayOptions, CHECK_ONLY_TARGET));
 }
 
+/** `port` and `host` of an endpoint `start` serves (metrics, dashboard). */
+function checkListening(endpoint: Plain, path: string): void {
+  checkInteger(endpoint, path, 'port', 0, 65_535);
+  if (endpoint.host !== undefined && (typeof endpoint.host !== 'string' || endpoint.host.trim() === '')) {
+    throw new ConfigProblem(`${path}.host`, `expected an address such as '127.0.0.1' or '0.0.0.0', got ${typeName(endpoint.host)}`);
+  }
+}
+
 function checkMetrics(config: Plain): void {
   const metrics = config.metrics;
   if (metrics === undefined || metrics === false) return;
   expectObject(metrics, 'metrics', '{ port, host, path, … } or false');
   checkKeys(metrics, METRICS_KEYS, 'metrics');
-  checkInteger(metrics, 'metrics', 'port', 0, 65_535);
-  if (metrics.host !== undefined && (typeof metrics.host !== 'string' || metrics.host.trim() === '')) {
-    throw new ConfigProblem('metrics.host', `expected an address such as '127.0.0.1' or '0.0.0.0', got ${typeName(metrics.host)}`);
-  }
+  checkListening(metrics, 'metrics');
   if (metrics.path !== undefined && (typeof metrics.path !== 'string' || !/^\/[\x21-\x7e]*$/.test(metrics.path) || metrics.path === '/healthz')) {
     throw new ConfigProblem('metrics.path', `expected a path such as '/metrics' (starting with '/', not '/healthz'), got ${typeName(metrics.path)}`);
   }
@@ -266,10 +271,7 @@ function checkDashboard(config: Plain): void {
   if (dashboard === undefined || dashboard === false) return;
   expectObject(dashboard, 'dashboard', '{ port, host, readOnly, token } or false');
   checkKeys(dashboard, DASHBOARD_KEYS, 'dashboard');
-  checkInteger(dashboard, 'dashboard', 'port', 0, 65_535);
-  if (dashboard.host !== undefined && (typeof dashboard.host !== 'string' || dashboard.host.trim() === '')) {
-    throw new ConfigProblem('dashboard.host', `expected an address such as '127.0.0.1' or '0.0.0.0', got ${typeName(dashboard.host)}`);
-  }
+  checkListening(dashboard, 'dashboard');
   const { port: _port, host: _host, ...options } = dashboard;
   check('dashboard', dashboard, () => resolveDashboardOptions(options as DashboardOptions));
 }
