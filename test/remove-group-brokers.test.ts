@@ -6,7 +6,11 @@
 import { describe, it } from 'node:test';
 import assert from 'node:assert/strict';
 import { defineEvent, MailroomError, ValidationError, type ConsumerSource } from '../src/index.ts';
-import { testDatabases } from './helpers/databases.ts';
+import { mkdtempSync, writeFileSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { databaseUrl, testDatabases } from './helpers/databases.ts';
+import { runJson, runMailroom, showRun } from './helpers/cli.ts';
 import type { BrokerFixture } from './helpers/brokers/fixture.ts';
 import { fixture as natsFixture } from './helpers/brokers/nats.ts';
 import { fixture as rabbitmqFixture } from './helpers/brokers/rabbitmq.ts';
@@ -80,5 +84,39 @@ describe('removing a group with a source that cannot remove', () => {
       (e: unknown) => e instanceof ValidationError && e.issues[0]?.path === 'source' && /remove\(\) method/.test(e.message),
     );
     assert.equal((await mailroom.consumerGroups.remove('kept-g')).removed, true, 'it was still registered');
+  });
+});
+
+describe('mailroom groups remove --broker (the real binary)', { skip: (!natsFixture.url || !databaseUrl) && 'set NATS_URL and TEST_DATABASE_URL' }, () => {
+  it("deletes the NATS durable consumer of the config's consumer for the group; a group the config has no source for is a usage error", async () => {
+    const t = await db.open();
+    const pair = await natsFixture.pair(`rmcli${process.pid}-${Date.now().toString(36)}`);
+    try {
+      const consumer = t.mailroom.consumer({ group: 'cli-g', source: pair.source(), pollInterval: 20, handlers: { [noted.type]: async () => {} } });
+      consumer.on('warning', () => {});
+      await consumer.start();
+      await consumer.stop();
+      const { stream, durable } = pair.describe() as { stream: string; durable: string };
+      const dir = mkdtempSync(join(tmpdir(), 'mailroom-groups-'));
+      const config = join(dir, 'mailroom.config.mjs');
+      const adapter = JSON.stringify(new URL('../dist/brokers/nats/index.js', import.meta.url).href);
+      writeFileSync(
+        config,
+        `import { natsSource } from ${adapter};\n` +
+          `export default { consumers: [{ group: 'cli-g', source: natsSource({ url: ${JSON.stringify(natsFixture.url)}, stream: ${JSON.stringify(stream)}, durable: ${JSON.stringify(durable)} }), handlers: { 'order.placed': async () => {} } }] };\n`,
+      );
+      const args = ['--config', config, '--database', databaseUrl!, '--schema', t.schema];
+      const removed = await runMailroom(['groups', 'remove', 'cli-g', '--broker', '--json', ...args]);
+      assert.equal(removed.code, 0, showRun(removed));
+      const result = runJson<{ removed: boolean; broker: string }>(removed);
+      assert.equal(result.removed, true);
+      assert.match(result.broker, new RegExp(`^nats consumer ${durable} on stream ${stream} .* deleted$`));
+      const other = await runMailroom(['groups', 'remove', 'billing', '--broker', ...args]);
+      assert.equal(other.code, 2, showRun(other));
+      assert.match(other.stderr, /has no consumer of group billing with a broker source/);
+      assert.match(other.stderr, /its groups with a source: cli-g/);
+    } finally {
+      await pair.cleanup();
+    }
   });
 });
