@@ -358,6 +358,16 @@ test('start serves the dashboard of its config (token from MAILROOM_DASHBOARD_TO
   assert.equal(await child.until(child.exited, 'the exit'), 0, child.output);
   await assert.rejects(fetch(`http://127.0.0.1:${port}/api/meta`), 'the dashboard stopped with start');
 
+  const taken = createServer().listen(port, '127.0.0.1');
+  await new Promise((resolve) => taken.once('listening', resolve));
+  try {
+    const busy = await run(['start', ...db.args, '--no-metrics'], { cwd, env: { MAILROOM_DASHBOARD_TOKEN: token } });
+    assert.equal(busy.code, 1, busy.stderr);
+    assert.match(busy.stderr, new RegExp(`port ${port} on 127\\.0\\.0\\.1 is taken; pick another port`));
+  } finally {
+    taken.close();
+  }
+
   writeFileSync(join(cwd, 'mailroom.config.json'), JSON.stringify({ ...config, schema: db.schema, dashboard: { token: 'short' } }, null, 2));
   const bad = await run(['start', ...db.args, '--no-metrics'], { cwd });
   assert.equal(bad.code, 2, bad.stderr);

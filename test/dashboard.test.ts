@@ -241,7 +241,7 @@ describe('mailroom dashboard (the real binary)', { skip: !databaseUrl && 'set TE
     try {
       const busy = await runMailroom(['dashboard', '--port', String((taken.address() as AddressInfo).port), '--database', databaseUrl!]);
       assert.equal(busy.code, 1, busy.stderr);
-      assert.match(busy.stderr, /port \d+ on 127\.0\.0\.1 is taken; pick another with --port/);
+      assert.match(busy.stderr, /port \d+ on 127\.0\.0\.1 is taken; pick another port/);
     } finally {
       taken.close();
     }

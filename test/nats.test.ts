@@ -246,6 +246,45 @@ describe('nats PubAck inbox', { skip }, () => {
   });
 });
 
+describe('nats PubAck inbox deadlines', { skip }, () => {
+  test('expire fails only the messages of a batch still waiting; the batch resolves with the answers it had, in order', async () => {
+    const nc = await connect({ servers: NATS });
+    try {
+      // Answers the messages whose subject ends in .answered; the .silent ones are taken (so the server
+      // sends no "no responders") and never answered.
+      const subject = `deadline.${unique()}`;
+      nc.subscribe(`${subject}.answered`, {
+        callback: (_, msg) => {
+          msg.respond('{"stream":"S","seq":1}');
+        },
+      });
+      nc.subscribe(`${subject}.silent`, { callback: () => {} });
+      await nc.flush();
+      const acks = new PubAckInbox(nc);
+      const names = ['answered', 'silent', 'answered', 'silent'];
+      const sent = acks.publishAll(names.map((name) => ({ subject: `${subject}.${name}`, body: new Uint8Array([1]), headers: headers() })));
+      assert.equal(sent.to - sent.from, 3);
+      let settled = false;
+      void sent.outcomes.then(() => (settled = true));
+      await nc.flush();
+      await sleep(100);
+      assert.equal(settled, false, 'two still wait');
+      acks.expire(sent.from, sent.to, 250);
+      const outcomes = await sent.outcomes;
+      assert.deepEqual(
+        outcomes.map((o) => (o.ok ? 'ok' : o.error.name)),
+        ['ok', 'TimeoutError', 'ok', 'TimeoutError'],
+      );
+      const next = acks.publishAll([{ subject: `${subject}.answered`, body: new Uint8Array([2]), headers: headers() }]);
+      assert.equal(next.from, sent.to + 1, 'numbers go on after the batch');
+      assert.deepEqual(await next.outcomes, [{ ok: true }]);
+      assert.deepEqual(await acks.publishAll([]).outcomes, [], 'an empty batch resolves at once');
+    } finally {
+      await nc.close();
+    }
+  });
+});
+
 describe('nats target', { skip }, () => {
   test('publishes a batch in order and resolves after the PubAcks, with id, content type and headers on the wire', async () => {
     const stream = `mr-${unique()}`;

@@ -45,10 +45,7 @@ export const dashboardCommand: CommandSpec = {
     const token = process.env.MAILROOM_DASHBOARD_TOKEN || undefined;
     await withMailroom(values, async (mailroom, at) => {
       const dashboard = createDashboard(mailroom, { token, readOnly: values['read-only'] === true });
-      const { url, close } = await dashboard.listen(port, host).catch((error: unknown) => {
-        if ((error as NodeJS.ErrnoException).code !== 'EADDRINUSE') throw error;
-        throw new Error(`port ${port} on ${host} is taken; pick another with --port (0 picks a free one)`, { cause: error });
-      });
+      const { url, close } = await dashboard.listen(port, host);
       if (values.json) io.out.write(`${JSON.stringify({ event: 'listening', url, readOnly: dashboard.readOnly, where: at.where })}\n`);
       else io.out.write(`mailroom dashboard: ${at.where}${dashboard.readOnly ? ', read-only' : ''}\nOpen ${url}\n`);
       const signal = await stopRequested();

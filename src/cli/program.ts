@@ -22,9 +22,6 @@ import { parsesOwnArguments } from './subcommand.ts';
 
 const COMMANDS: readonly CommandSpec[] = [migrateCommand, startCommand, demoCommand, doctorCommand, statusCommand, jobsCommand, dlqCommand, parkedCommand, groupsCommand, dashboardCommand, benchCommand];
 
-/** Commands DESIGN.md promises that this version does not have yet. */
-const PLANNED = ['dashboard'];
-
 function version(): string {
   try {
     const pkg = JSON.parse(readFileSync(new URL('../../package.json', import.meta.url), 'utf8')) as { version?: string };
@@ -38,9 +35,6 @@ function findCommand(name: string): CommandSpec {
   const command = COMMANDS.find((c) => c.name === name);
   if (command) return command;
   const names = [...COMMANDS.map((c) => c.name), 'help'];
-  if (PLANNED.includes(name)) {
-    throw new UsageError(`mailroom: the "${name}" command is not available in this version yet`, `available commands: ${names.join(', ')}`);
-  }
   const guess = closest(name, names);
   throw new UsageError(
     name.startsWith('-') ? `mailroom: unknown option ${name}` : `mailroom: unknown command "${name}"`,

@@ -98,7 +98,9 @@ export function createDashboard(mailroom: Mailroom, options: DashboardOptions = 
     async listen(port = 0, host = '127.0.0.1') {
       const server: Server = createServer(handle);
       await new Promise<void>((resolve, reject) => {
-        server.once('error', reject);
+        server.once('error', (error: NodeJS.ErrnoException) =>
+          reject(error.code === 'EADDRINUSE' ? new Error(`port ${port} on ${host} is taken; pick another port (0 picks a free one)`, { cause: error }) : error),
+        );
         server.listen(port, host, () => resolve());
       });
       const address = server.address() as AddressInfo;

@@ -143,7 +143,10 @@ export class PubAckInbox {
 
   #settle(number: number, outcome: PubAckOutcome): void {
     const w = this.#waitingFor(number);
-    if (!w) return;
+    if (w) this.#settleIn(w, number, outcome);
+  }
+
+  #settleIn(w: Waiting, number: number, outcome: PubAckOutcome): void {
     w.outcomes[number - w.from] = outcome;
     if (--w.left > 0) return;
     this.#waiting.splice(this.#waiting.indexOf(w), 1);
@@ -152,33 +155,29 @@ export class PubAckInbox {
 
   #answer(msg: Msg): void {
     const number = Number(msg.subject.slice(this.#prefix.length + 1));
-    if (!this.#waitingFor(number)) return; // expired, or not ours
-    if (msg.headers?.hasError) {
-      const error = msg.headers.code === 503 ? new NoStreamError() : new PubAckError(msg.headers.code, 0, msg.headers.description || `status ${msg.headers.code}`);
-      this.#settle(number, { ok: false, error });
-      return;
-    }
-    // A PubAck of a stored message, with its sequence and no error, is all the relay needs: such an
-    // answer is not decoded and parsed (3-4 % of the relay's CPU went there). Anything else is parsed.
-    const data = Buffer.from(msg.data.buffer, msg.data.byteOffset, msg.data.byteLength);
-    if (data.subarray(0, PUBACK_START.length).equals(PUBACK_START) && data.indexOf(SEQ_FIELD) !== -1 && data.indexOf(ERROR_FIELD) === -1) {
-      this.#settle(number, OK);
-      return;
-    }
-    let ack: PubAckBody;
-    try {
-      ack = msg.json<PubAckBody>();
-    } catch (error) {
-      this.#settle(number, { ok: false, error: new Error(`an answer that is no PubAck: ${msg.string().slice(0, 200)}`, { cause: error }) });
-      return;
-    }
-    if (ack.error) {
-      this.#settle(number, { ok: false, error: new PubAckError(ack.error.code ?? 0, ack.error.err_code ?? 0, ack.error.description ?? 'refused') });
-    } else if (typeof ack.seq !== 'number') {
-      // Not the stream's answer (something else answered on the subject): the message is not known to be stored.
-      this.#settle(number, { ok: false, error: new Error(`an answer that is no PubAck (no sequence): ${msg.string().slice(0, 200)}`) });
-    } else {
-      this.#settle(number, OK);
-    }
+    const w = this.#waitingFor(number);
+    if (w) this.#settleIn(w, number, outcomeOf(msg)); // else expired, or not ours
   }
+}
+
+/** What a message's answer says: stored, or why not. */
+function outcomeOf(msg: Msg): PubAckOutcome {
+  if (msg.headers?.hasError) {
+    const error = msg.headers.code === 503 ? new NoStreamError() : new PubAckError(msg.headers.code, 0, msg.headers.description || `status ${msg.headers.code}`);
+    return { ok: false, error };
+  }
+  // A PubAck of a stored message, with its sequence and no error, is all the relay needs: such an
+  // answer is not decoded and parsed (3-4 % of the relay's CPU went there). Anything else is parsed.
+  const data = Buffer.from(msg.data.buffer, msg.data.byteOffset, msg.data.byteLength);
+  if (data.subarray(0, PUBACK_START.length).equals(PUBACK_START) && data.indexOf(SEQ_FIELD) !== -1 && data.indexOf(ERROR_FIELD) === -1) return OK;
+  let ack: PubAckBody;
+  try {
+    ack = msg.json<PubAckBody>();
+  } catch (error) {
+    return { ok: false, error: new Error(`an answer that is no PubAck: ${msg.string().slice(0, 200)}`, { cause: error }) };
+  }
+  if (ack.error) return { ok: false, error: new PubAckError(ack.error.code ?? 0, ack.error.err_code ?? 0, ack.error.description ?? 'refused') };
+  // Not the stream's answer (something else answered on the subject): the message is not known to be stored.
+  if (typeof ack.seq !== 'number') return { ok: false, error: new Error(`an answer that is no PubAck (no sequence): ${msg.string().slice(0, 200)}`) };
+  return OK;
 }

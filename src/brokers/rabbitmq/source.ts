@@ -19,7 +19,6 @@ export interface RabbitMqSource extends ConsumerSource {
   remove(context: SourceRemoveContext): Promise<string>;
 }
 
-
 /** One connection with its consuming channel; messages ack on the session they came on. */
 interface Session {
   readonly connection: ChannelModel;
