@@ -14,6 +14,7 @@ export type { DesiredWorkersOptions, ResolvedDesiredWorkersOptions } from './obs
 export { defineJob, handle } from './define.ts';
 export type { JobDefinition, JobOptions, JobData, JobInput } from './define.ts';
 export { PermanentError, RetryableError, RateLimitedError, ValidationError, MailroomError } from './errors.ts';
+export type { RetryAfter } from './retry/retry-after.ts';
 export { snooze, isSnooze } from './snooze.ts';
 export type { Snooze } from './snooze.ts';
 export type { Duration } from './duration.ts';

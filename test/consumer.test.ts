@@ -6,6 +6,7 @@
  */
 import { describe, it } from 'node:test';
 import assert from 'node:assert/strict';
+import { z } from 'zod';
 import { defaultClassifier, defineEvent, handleEvent, RetryableError, snooze, ValidationError, type ConsumedEvent, type ConsumerContext } from '../src/index.ts';
 import { consumerQueries } from '../src/consumers/consumer-queries.ts';
 import { testDatabases, type TestMailroom } from './helpers/databases.ts';
@@ -15,6 +16,8 @@ import { flushUntil } from './helpers/relay.ts';
 
 const credited = defineEvent<{ account: string; cents: number }>('consumer.account-credited', { version: 2 });
 const other = defineEvent<{ n: number }>('consumer.other-happened', { version: 1 });
+const placedV1 = defineEvent('consumer.order-placed', { version: 1, schema: z.object({ orderId: z.string(), total: z.number().default(0) }) });
+const placedV2 = defineEvent('consumer.order-placed', { version: 2, schema: z.object({ orderId: z.number() }) });
 
 async function balances(t: TestMailroom): Promise<Record<string, number>> {
   const rows = await t.sql<{ id: string; balance: number }>(`SELECT id, balance FROM "${t.schema}".accounts ORDER BY id`);
@@ -75,6 +78,47 @@ for (const db of testDatabases()) {
       assert.deepEqual(job, { correlation_id: 'req-1', ordering_key: 'a', max_attempts: 3 });
       await relay.stop();
       await consumer.stop();
+    });
+
+    it('payloads are checked at consume: one that does not match the handler\'s definition is dead-lettered as validation, not retried; the handler gets the schema\'s output', async () => {
+      const t = await db.open();
+      const { mailroom } = t;
+      const typedSeen: unknown[] = [];
+      const plainSeen: unknown[] = [];
+      const typed = mailroom.consumer({
+        group: 'shipping',
+        pollInterval: 20,
+        retry: { maxAttempts: 5, backoff: { base: '1h' } },
+        handlers: { [placedV1.type]: handleEvent(placedV1, (event) => void typedSeen.push(event.data)) },
+      });
+      // A handler not typed by handleEvent: the schema this process defined for the event's own version applies.
+      const plain = mailroom.consumer({ group: 'audit', pollInterval: 20, handlers: { [placedV1.type]: (event) => void plainSeen.push(event.data) } });
+      await Promise.all([typed.start(), plain.start()]);
+      const relay = mailroom.relay({ pollInterval: 20 });
+      await relay.start();
+      const failed = waitForEvents(typed.worker, 'failed', 1);
+      const typedDone = waitForEvents(typed.worker, 'completed', 1);
+      const plainDone = waitForEvents(plain.worker, 'completed', 2);
+      const { id: good } = await mailroom.publish(placedV1, { orderId: 'o-1' });
+      const { id: breaking } = await mailroom.publish(placedV2, { orderId: 7 }); // a breaking change under the same type
+      const [failures] = await Promise.all([failed, typedDone, plainDone]);
+      const failure = failures[0]?.[1];
+      await relay.stop();
+      await Promise.all([typed.stop(), plain.stop()]);
+      assert.deepEqual(typedSeen, [{ orderId: 'o-1', total: 0 }], 'the schema\'s output (its default applied), and only the matching event');
+      assert.deepEqual(failure && [failure.category, failure.dead], ['validation', true]);
+      const letters = await mailroom.deadLetters.list({ queue: 'consumer.shipping' });
+      assert.equal(letters.items.length, 1);
+      const letter = letters.items[0]!;
+      assert.equal(letter.category, 'validation');
+      assert.equal(letter.attempts, 1, 'not retried');
+      assert.match(letter.message ?? '', new RegExp(`^consumer shipping: event ${breaking} \\(consumer\\.order-placed v2\\) against consumer\\.order-placed v1's schema: invalid payload: data\\.orderId: `));
+      assert.deepEqual(
+        plainSeen.sort((a, b) => JSON.stringify(a).localeCompare(JSON.stringify(b))),
+        [{ orderId: 'o-1', total: 0 }, { orderId: 7 }],
+        'each version checked against its own definition (v1 with its default applied)',
+      );
+      assert.ok(good);
     });
 
     it('the group\'s retry policy applies to its events: backoff and attempts, its classifier, its timeout', async () => {

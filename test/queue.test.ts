@@ -7,7 +7,7 @@ import { describe, it } from 'node:test';
 import assert from 'node:assert/strict';
 import pg from 'pg';
 import type { PGlite } from '@electric-sql/pglite';
-import { createMailroom, defineJob, PermanentError, RetryableError, snooze, type Job } from '../src/index.ts';
+import { createMailroom, defineJob, PermanentError, RateLimitedError, RetryableError, snooze, type Job } from '../src/index.ts';
 import { databaseUrl, testDatabases, uniqueSchema } from './helpers/databases.ts';
 import { jobQueries } from '../src/jobs/queries.ts';
 import { controlQueries } from '../src/jobs/control-queries.ts';
@@ -196,6 +196,38 @@ for (const db of testDatabases()) {
       assert.equal(snoozes, 4);
     });
 
+    it('a Retry-After header as the provider sent it sets the delay; a value it cannot read keeps the backoff and is recorded, the worker going on', async () => {
+      const { mailroom } = await db.open();
+      const job = defineJob('queue.retry-after', { queue: 'retry-after', retry: { maxAttempts: 3, backoff: { base: '20ms', max: '20ms', jitter: 'none' } } });
+      const headers = new Map<string, string>([['absent', ''], ['seconds', '0']]);
+      const ids = await Promise.all(['seconds', 'absent', 'garbage', 'limited'].map((kind) => mailroom.enqueue(job, { kind })));
+      const worker = mailroom.worker({
+        queues: ['retry-after'],
+        pollInterval: 10,
+        handlers: {
+          [job.name]: (j: Job<{ kind: string }>) => {
+            if (j.attempt > 1 || (j.data.kind === 'limited' && j.attempt === 1 && headers.has('limited-done'))) return;
+            if (j.data.kind === 'limited') {
+              headers.set('limited-done', '1');
+              throw new RateLimitedError('429', { after: 'Thursday' });
+            }
+            const after = j.data.kind === 'seconds' ? headers.get('seconds') : j.data.kind === 'absent' ? null : 'soon';
+            throw new RetryableError(`${j.data.kind} 503`, { after });
+          },
+        },
+      });
+      const completed = waitForEvents(worker, 'completed', 4);
+      await worker.start();
+      await completed;
+      await worker.stop();
+      const jobs = await Promise.all(ids.map((id) => mailroom.jobs.get(id)));
+      assert.deepEqual(jobs.map((j) => j?.state), ['completed', 'completed', 'completed', 'completed'], 'no job left active by a bad value');
+      assert.deepEqual(jobs.slice(0, 3).map((j) => j?.attempts), [2, 2, 2]);
+      assert.equal(jobs[0]?.errors[0]?.message, 'seconds 503');
+      assert.equal(jobs[1]?.errors[0]?.message, 'absent 503');
+      assert.match(jobs[2]?.errors[0]?.message ?? '', /^garbage 503 \(RetryableError\.after: "soon" is neither a duration .*\)$/);
+    });
+
     it('dead-letters a job past maxAge instead of retrying it', async () => {
       const { mailroom } = await db.open();
       const job = defineJob('queue.maxage', { queue: 'maxage', retry: { maxAttempts: 10, maxAge: 1, backoff: { base: '1m', max: '1m' } } });
@@ -209,6 +241,45 @@ for (const db of testDatabases()) {
       const info = await mailroom.jobs.get(id);
       assert.equal(info?.state, 'dead');
       assert.equal(info?.deadReason, 'max-age');
+    });
+
+    it('a snooze or a rate limit that would take a job past maxAge dead-letters it (no job waits forever), with or without ctx.tx', async () => {
+      const { mailroom } = await db.open();
+      const job = defineJob<{ kind: string }>('queue.maxage-snooze', { queue: 'maxage-snooze', retry: { maxAge: '1h' } });
+      const ids = await Promise.all(['snooze', 'snooze-tx', 'limited', 'short'].map((kind) => mailroom.enqueue(job, { kind })));
+      const worker = mailroom.worker({
+        queues: ['maxage-snooze'],
+        pollInterval: 10,
+        handlers: {
+          [job.name]: async (j: Job<{ kind: string }>, ctx) => {
+            if (j.data.kind === 'snooze') return snooze('2h');
+            if (j.data.kind === 'snooze-tx') {
+              await ctx.tx.query('SELECT 1');
+              return snooze('2h');
+            }
+            if (j.data.kind === 'limited') throw new RateLimitedError('429 from provider', { after: '3h' });
+            return snooze('10m'); // within maxAge: waits as before
+          },
+        },
+      });
+      const failed = waitForEvents(worker, 'failed', 3);
+      const snoozed = waitForEvents(worker, 'snoozed', 1);
+      await worker.start();
+      const [events] = await Promise.all([failed, snoozed]);
+      await worker.stop();
+      assert.ok(events.every(([, f]) => f.dead && !f.willRetry), 'the worker reports each as dead-lettered');
+      const [snoozing, inTx, limited, short] = await Promise.all(ids.map((id) => mailroom.jobs.get(id)));
+      for (const dead of [snoozing, inTx, limited]) {
+        assert.equal(dead?.state, 'dead');
+        assert.equal(dead?.deadReason, 'max-age');
+      }
+      assert.equal(short?.state, 'scheduled', 'a snooze within maxAge waits');
+      const letters = await mailroom.deadLetters.list({ queue: 'maxage-snooze' });
+      const byId = new Map(letters.items.map((l) => [l.id, l]));
+      assert.match(byId.get(ids[0]!)?.message ?? '', /snoozed for 7200000 ms, which would take the job past its maxAge/);
+      assert.equal(byId.get(ids[0]!)?.category, 'max-age');
+      assert.equal(byId.get(ids[2]!)?.category, 'transient');
+      assert.match(byId.get(ids[2]!)?.message ?? '', /^429 from provider; the queue's back-off of 10800000 ms would take the job past its maxAge$/);
     });
 
     it('times a handler out through its AbortSignal and retries it', async () => {

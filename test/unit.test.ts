@@ -9,7 +9,7 @@ import { describe, test } from 'node:test';
 import { z } from 'zod';
 import * as zm from 'zod/mini';
 import { toMilliseconds } from '../src/duration.ts';
-import { defineJob, PermanentError, RetryableError, snooze, isSnooze, ValidationError } from '../src/index.ts';
+import { defineJob, PermanentError, RateLimitedError, RetryableError, snooze, isSnooze, ValidationError } from '../src/index.ts';
 import { assertName, quoteSchema } from '../src/identifiers.ts';
 import { isUuid, newId } from '../src/ids.ts';
 import { DEFAULT_MAX_PAYLOAD_BYTES, serializePayload } from '../src/payload.ts';
@@ -222,6 +222,34 @@ describe('default classifier', () => {
     assert.equal(defaultClassifier(explicit).retry, true);
   });
 
+  test('RetryableError and RateLimitedError read a Retry-After header as sent: seconds, an HTTP date, or absent', () => {
+    assert.equal(new RetryableError('busy', { after: '120' }).afterMs, 120_000);
+    assert.equal(new RetryableError('busy', { after: ' 7 ' }).afterMs, 7_000);
+    const inAMinute = new Date(Date.now() + 60_000).toUTCString();
+    const dated = new RetryableError('busy', { after: inAMinute }).afterMs!;
+    assert.ok(dated > 55_000 && dated <= 60_000, `an HTTP date a minute ahead is about 60 s, got ${dated}`);
+    assert.equal(new RetryableError('busy', { after: 'Wed, 21 Oct 2015 07:28:00 GMT' }).afterMs, 0, 'a date in the past is now');
+    assert.equal(new RetryableError('busy', { after: new Date(Date.now() - 5) }).afterMs, 0);
+    assert.equal(new RetryableError('busy', { after: null }).afterMs, undefined, 'headers.get() of an absent header');
+    assert.deepEqual(defaultClassifier(new RetryableError('busy', { after: null })), { category: 'transient', retry: true });
+    assert.equal(new RateLimitedError('slow', { after: null }).afterMs, 1000, 'a rate limit without a value backs off 1 s');
+    assert.equal(new RateLimitedError('slow', { after: '3' }).afterMs, 3000);
+    assert.equal(new RateLimitedError('slow', { after: '250ms' }).afterMs, 250);
+  });
+
+  test('an `after` that cannot be read never throws: the backoff applies and the recorded message says why', () => {
+    const bad: unknown[] = ['nulls', 'soon', '-5', -5, Number.NaN, '1.5', new Date('nope'), {}];
+    for (const after of bad) {
+      const error = new RetryableError('busy', { after: after as string });
+      assert.equal(error.afterMs, undefined, String(after));
+      assert.match(error.afterProblem ?? '', /RetryableError\.after/, `the problem names the option for ${String(after)}`);
+      assert.deepEqual(defaultClassifier(error), { category: 'transient', retry: true });
+      const limited = new RateLimitedError('slow', { after: after as string });
+      assert.equal(limited.afterMs, 1000);
+      assert.match(limited.afterProblem ?? '', /RateLimitedError\.after/);
+    }
+  });
+
   test('timeouts and aborts are retried as timeout', () => {
     assert.deepEqual(defaultClassifier(new JobTimeoutError('too slow')), { category: 'timeout', retry: true });
     assert.deepEqual(defaultClassifier(Object.assign(new Error('aborted'), { name: 'AbortError' })), { category: 'timeout', retry: true });
@@ -383,6 +411,19 @@ describe('decideFailure', () => {
   const job = (retry: RetryOptions, extra: Parameters<typeof defineJob>[1] = {}) =>
     defineJob(`unit.decide.${seq++}`, { retry, ...extra });
   const half = () => 0.5;
+
+  test('a RetryableError whose `after` cannot be read is retried with the backoff, the message saying why', () => {
+    const def = job({ backoff: { base: '1s', max: '1s', jitter: 'none' } });
+    const decided = decideFailure(row(def.name, 1, 5), new RetryableError('busy', { after: 'soon' }), half);
+    assert.deepEqual([decided.retry, decided.delayMs], [true, 1000]);
+    assert.match(decided.message, /^busy \(RetryableError\.after: "soon" is neither a duration .* the usual delay was used\)$/);
+  });
+
+  test('a classifier that throws falls back to the default: a failure always gets a decision', () => {
+    const def = job({}, { classify: () => { throw new Error('classifier bug'); } });
+    const decided = decideFailure(row(def.name, 1, 3), Object.assign(new Error('gone'), { status: 404 }));
+    assert.deepEqual([decided.retry, decided.category], [false, 'permanent']);
+  });
 
   test('a retryable failure with attempts left is retried after the job type\'s backoff', () => {
     const def = job({ maxAttempts: 5, backoff: { base: '1s', max: '1m' } });

@@ -22,7 +22,8 @@ import { inboxKeyOf } from './decode-message.ts';
 import { InboxLookup } from './inbox-lookup.ts';
 import { SourceIngest, type IngestedInfo } from './ingest.ts';
 import type { IngestQueries } from './ingest-queries.ts';
-import type { ConsumerContext, EventHandler } from './handle-event.ts';
+import { definitionOfHandler, type ConsumerContext, type EventHandler } from './handle-event.ts';
+import { checkedEvent } from './check-payload.ts';
 import { resolveConsumerOptions, type ConsumerOptions, type ResolvedConsumerOptions } from './options.ts';
 
 /** Events a consumer emits: its worker's, `duplicate`, and for a broker source `ingested` and `warning`. */
@@ -256,14 +257,16 @@ export class Consumer extends SafeEmitter<ConsumerEvents> {
     const { queries } = this.deps;
     const group = this.group;
     const lookup = this.lookup;
+    const typed = definitionOfHandler(handler);
     return async (job: Job, ctx: JobContext) => {
-      const event = fromEnvelope(job.data);
-      const inboxKey = inboxKeyOf(event);
+      const received = fromEnvelope(job.data);
+      const inboxKey = inboxKeyOf(received);
       if (await lookup.seen(inboxKey)) {
         await runInHandlerTx(ctx.tx, queries.countDuplicate, [group]);
-        this.emit('duplicate', { id: event.id, type: event.type, group });
+        this.emit('duplicate', { id: received.id, type: received.type, group });
         return undefined;
       }
+      const event = await checkedEvent(received, typed, group);
       const run = runOf(ctx);
       if (run === undefined) throw new MailroomError(`consumer ${group}: a handler context without its job run (a bug in mailroom)`);
       let keyInTx = false;

@@ -22,8 +22,16 @@ interface EventHandlerSignature<TData> {
   handle(event: ConsumedEvent<TData>, ctx: ConsumerContext): unknown;
 }
 
+const typedBy = new WeakMap<EventHandler<never>, EventDefinition<unknown, unknown>>();
+
 /**
- * Types a consumer's handler by its event definition, so `event.data` has the payload type.
+ * Types a consumer's handler by its event definition, so `event.data` has the
+ * payload type, and checks each event's payload against the definition's
+ * schema before the handler runs: a payload that does not match (another
+ * producer's, or a breaking change published under the same type) is
+ * dead-lettered with category `validation`, never retried. The handler gets
+ * the schema's output (defaults and transforms applied, unknown fields as
+ * the schema treats them).
  *
  * @example
  * mailroom.consumer({ group: 'billing', handlers: {
@@ -33,6 +41,12 @@ interface EventHandlerSignature<TData> {
  * } });
  */
 export function handleEvent<TData, TInput>(def: EventDefinition<TData, TInput>, handler: EventHandler<TData>): EventHandler<TData> {
-  void def;
-  return handler;
+  const typed: EventHandler<TData> = (event, ctx) => handler(event, ctx);
+  typedBy.set(typed, def as EventDefinition<unknown, unknown>);
+  return typed;
+}
+
+/** The definition `handleEvent` typed a handler with, if it did. */
+export function definitionOfHandler(handler: EventHandler<never>): EventDefinition<unknown, unknown> | undefined {
+  return typedBy.get(handler);
 }

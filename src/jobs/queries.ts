@@ -71,6 +71,8 @@ export const CLAIMED_IN_ORDER = (claimed: string): string =>
      FROM ${claimed} ORDER BY ${CLAIM_ORDER}`;
 const UNFINISHED = `('scheduled', 'available', 'active', 'retrying')`;
 /** When lease rescue dead-letters a job (j, its expired row e): out of attempts (a follower that never started spent none), or past its max age. */
+/** Whether a job rescheduled by $3 milliseconds would wait past its expires_at (its maxAge). */
+const PAST_MAX_AGE = `COALESCE(now() + $3::bigint * interval '1 millisecond' > expires_at, false)`;
 const RESCUED_DEAD = `((NOT e.unstarted AND j.attempt >= j.max_attempts) OR COALESCE(j.expires_at < now(), false))`;
 
 /**
@@ -262,16 +264,23 @@ export function jobQueries(quotedSchema: string): JobQueries {
        SELECT id, claim_count, attempt, locked_by, started_at, $6, $7, $8 FROM updated
        RETURNING (SELECT state FROM updated) AS state, (SELECT run_at FROM updated) AS run_at`,
     ),
-    // $1 id, $2 claim, $3 delay ms. Snooze and graceful release: back to waiting, the attempt not spent.
+    // $1 id, $2 claim, $3 delay ms, $4 error category (null for a snooze), $5 message. Snooze and
+    // rate limit: back to waiting, the attempt not spent; but a job that would wait past its
+    // expires_at is dead-lettered ('max-age') instead, so that no job snoozes forever.
     // `blocked = false` here and in `fail`: a job that ran is its key's head (a follower runs only
     // after the jobs before it completed), so it keeps holding the key.
     reschedule: q(
       'reschedule',
       `UPDATE ${s}.jobs
-          SET state = CASE WHEN $3::bigint > 0 THEN 'scheduled' ELSE 'available' END,
-              run_at = now() + $3::bigint * interval '1 millisecond', attempt = attempt - 1, locked_until = NULL, blocked = false
+          SET state = CASE WHEN ${PAST_MAX_AGE} THEN 'dead' WHEN $3::bigint > 0 THEN 'scheduled' ELSE 'available' END,
+              run_at = CASE WHEN ${PAST_MAX_AGE} THEN run_at ELSE now() + $3::bigint * interval '1 millisecond' END,
+              attempt = CASE WHEN ${PAST_MAX_AGE} THEN attempt ELSE attempt - 1 END,
+              finished_at = CASE WHEN ${PAST_MAX_AGE} THEN now() END,
+              dead_reason = CASE WHEN ${PAST_MAX_AGE} THEN 'max-age' END,
+              last_error = CASE WHEN ${PAST_MAX_AGE} THEN jsonb_strip_nulls(jsonb_build_object('category', $4::text, 'message', $5::text)) ELSE last_error END,
+              locked_until = NULL, blocked = false
         WHERE id = $1 AND claim_count = $2 AND ${activeFence('jobs')}
-       RETURNING id`,
+       RETURNING id, state`,
     ),
     // $1 ids, $2 claim tokens. Graceful stop: claimed jobs back to the queue at once, the attempt not spent.
     releaseMany: q(

@@ -1,4 +1,3 @@
-import { toMilliseconds } from '../duration.ts';
 import { PermanentError, RetryableError, ValidationError } from '../errors.ts';
 
 /**
@@ -19,7 +18,8 @@ export interface Classification {
 /** Decides whether an error is worth retrying. Replaceable per job definition. */
 export type ErrorClassifier = (error: unknown) => Classification;
 
-const PERMANENT_STATUS = new Set([400, 401, 403, 404, 405, 409, 410, 413, 415, 422]);
+// 409 is retried: it often means "in progress, try again" (an Idempotency-Key in use; mailroom/http answers so).
+const PERMANENT_STATUS = new Set([400, 401, 403, 404, 405, 410, 413, 415, 422]);
 // zod throws ZodError (zod/mini: $ZodError); joi, yup, mongoose and others throw errors named ValidationError.
 const VALIDATION_ERROR_NAMES = new Set<unknown>(['ValidationError', 'ZodError', '$ZodError']);
 const TRANSIENT_CODES = new Set(['ETIMEDOUT', 'ECONNRESET', 'ECONNREFUSED', 'EAI_AGAIN', 'EPIPE', 'ENETUNREACH', 'EHOSTUNREACH', 'ECONNABORTED', 'UND_ERR_SOCKET', 'UND_ERR_CONNECT_TIMEOUT']);
@@ -48,7 +48,7 @@ export class UnknownJobTypeError extends Error {
 /**
  * The default classifier:
  * - `PermanentError`, `ValidationError` (and errors named `ValidationError`, `ZodError` or `$ZodError`) and HTTP-style
- *   statuses 400/401/403/404/405/409/410/413/415/422: not retried;
+ * *   statuses 400/401/403/404/405/410/413/415/422: not retried (409 is retried: an Idempotency-Key in use);
  * - a missing handler: `unknown-type`, not retried;
  * - timeouts, network codes (ETIMEDOUT, ECONNRESET, ECONNREFUSED, EAI_AGAIN, ...),
  *   408/429/5xx and anything else: retried; `RetryableError({ after })` sets the delay.
@@ -62,7 +62,7 @@ export const defaultClassifier: ErrorClassifier = (error) => {
   if (error instanceof ValidationError || VALIDATION_ERROR_NAMES.has(field(error, 'name'))) return { category: 'validation', retry: false };
   if (error instanceof JobTimeoutError) return { category: 'timeout', retry: true };
   if (error instanceof RetryableError) {
-    const retryAfterMs = error.after === undefined ? undefined : toMilliseconds(error.after, 'RetryableError.after');
+    const retryAfterMs = error.afterMs;
     return retryAfterMs === undefined ? { category: 'transient', retry: true } : { category: 'transient', retry: true, retryAfterMs };
   }
   const code = field(error, 'code');

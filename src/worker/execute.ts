@@ -1,10 +1,9 @@
 import { findJob } from '../registry.ts';
 import { findQueuePolicy } from './queue-policies.ts';
 import { backoffDelay, resolveRetryPolicy, type RetryPolicy } from '../retry/backoff.ts';
-import { defaultClassifier, JobTimeoutError, UnknownJobTypeError, type ErrorCategory, type ErrorClassifier } from '../retry/classify.ts';
+import { defaultClassifier, JobTimeoutError, UnknownJobTypeError, type Classification, type ErrorCategory, type ErrorClassifier } from '../retry/classify.ts';
 import { isSnooze } from '../snooze.ts';
-import { RateLimitedError } from '../errors.ts';
-import { toMilliseconds } from '../duration.ts';
+import { RateLimitedError, RetryableError } from '../errors.ts';
 import type { JobQueries } from '../jobs/queries.ts';
 import type { StepQueries } from '../jobs/step-queries.ts';
 import type { Driver } from '../storage/driver.ts';
@@ -45,9 +44,24 @@ const DEFAULT_POLICY = resolveRetryPolicy(undefined, 'default');
 const MAX_MESSAGE = 10_000;
 const MAX_STACK = 20_000;
 
-function describe(error: unknown): { message: string; stack: string | null } {
+/** The default classifier, or a plain transient failure should even it throw (a failure must always get a decision). */
+function safeDefault(error: unknown): Classification {
+  try {
+    return defaultClassifier(error);
+  } catch {
+    return { category: 'transient', retry: true };
+  }
+}
+
+/** Why a handler's `RetryableError` or `RateLimitedError` had an `after` that could not be read, if it did. */
+function afterProblemOf(error: unknown): string | undefined {
+  return error instanceof RetryableError || error instanceof RateLimitedError ? error.afterProblem : undefined;
+}
+
+function describe(error: unknown, note?: string): { message: string; stack: string | null } {
+  const noted = (message: string) => (note === undefined ? message : `${message} (${note}; the usual delay was used)`);
   if (error instanceof Error) {
-    return { message: (error.message || error.name).slice(0, MAX_MESSAGE), stack: error.stack?.slice(0, MAX_STACK) ?? null };
+    return { message: noted(error.message || error.name).slice(0, MAX_MESSAGE), stack: error.stack?.slice(0, MAX_STACK) ?? null };
   }
   let message: string;
   try {
@@ -63,13 +77,13 @@ export function decideFailure(row: ClaimedRow, error: unknown, random: () => num
   const def = findQueuePolicy(row.queue) ?? findJob(row.type);
   const classify: ErrorClassifier = def?.classify ?? defaultClassifier;
   const policy: RetryPolicy = def?.retry ?? DEFAULT_POLICY;
-  let classification;
+  let classification: Classification;
   try {
     classification = classify(error);
   } catch {
-    classification = defaultClassifier(error);
+    classification = safeDefault(error);
   }
-  const { message, stack } = describe(error);
+  const { message, stack } = describe(error, afterProblemOf(error));
   const exhausted = row.attempt >= row.max_attempts;
   const retry = classification.retry && !exhausted;
   const delayMs = retry ? (classification.retryAfterMs ?? backoffDelay(policy, row.attempt, random)) : 0;
@@ -134,7 +148,7 @@ export function execute(run: JobRun, handler: JobHandler | undefined, deps: Exec
     const threw = (error: unknown): Outcome => {
       if (run.aborted) return aborted();
       if (error instanceof RateLimitedError) {
-        return { kind: 'rate-limited', delayMs: toMilliseconds(error.after ?? '1s', 'RateLimitedError.after'), message: error.message };
+        return { kind: 'rate-limited', delayMs: error.afterMs, message: describe(error, error.afterProblem).message };
       }
       return decideFailure(row, error);
     };

@@ -131,7 +131,14 @@ export function completeInTransaction(queries: JobQueries, id: string, claim: nu
   return async (tx) => (await tx.run(queries.complete, [[id], [claim]])).rowCount === 1;
 }
 
-/** The fenced reschedule (snooze), inside the handler's transaction. */
-export function rescheduleInTransaction(queries: JobQueries, id: string, claim: number, delayMs: number): Finish {
-  return async (tx) => (await tx.run(queries.reschedule, [id, claim, delayMs])).rowCount === 1;
+/**
+ * The fenced reschedule (snooze), inside the handler's transaction; `onDead` is called when the
+ * job was dead-lettered instead, as waiting that long would take it past its maxAge.
+ */
+export function rescheduleInTransaction(queries: JobQueries, id: string, claim: number, delayMs: number, message: string, onDead: () => void): Finish {
+  return async (tx) => {
+    const { rows } = await tx.run<{ state: string }>(queries.reschedule, [id, claim, delayMs, null, message]);
+    if (rows[0]?.state === 'dead') onDead();
+    return rows.length === 1;
+  };
 }

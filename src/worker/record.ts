@@ -43,10 +43,11 @@ export async function recordOutcome(
 ): Promise<Recorded> {
   if (tx?.isOpen && (outcome.kind === 'completed' || outcome.kind === 'snoozed')) {
     // The handler's own writes and the fenced state change commit together, or not at all.
+    let dead = false;
     const finish =
       outcome.kind === 'completed'
         ? completeInTransaction(deps.queries, row.id, row.claim_count)
-        : rescheduleInTransaction(deps.queries, row.id, row.claim_count, outcome.delayMs);
+        : rescheduleInTransaction(deps.queries, row.id, row.claim_count, outcome.delayMs, pastMaxAge(outcome), () => (dead = true));
     try {
       if (!(await tx.commitWith(finish))) return { kind: 'stale' };
     } catch (error) {
@@ -60,7 +61,8 @@ export async function recordOutcome(
       deps.report(error); // The commit failed: nothing happened; the lease expires and the job runs again.
       return { kind: 'unknown' };
     }
-    return outcome.kind === 'completed' ? { kind: 'completed' } : { kind: 'snoozed', delayMs: outcome.delayMs };
+    if (outcome.kind === 'completed') return { kind: 'completed' };
+    return dead ? deadPastMaxAge(outcome) : { kind: 'snoozed', delayMs: outcome.delayMs };
   }
   await tx?.rollback();
   if (outcome.kind === 'completed') {
@@ -68,11 +70,26 @@ export async function recordOutcome(
     return recorded ? { kind: 'completed' } : { kind: 'stale' };
   }
   if (outcome.kind === 'snoozed' || outcome.kind === 'rate-limited') {
-    const { rowCount } = await deps.withRetries(() => deps.driver.run(deps.queries.reschedule, [row.id, row.claim_count, outcome.delayMs]));
-    if (rowCount === 0) return { kind: 'stale' };
+    const category = outcome.kind === 'rate-limited' ? 'transient' : null;
+    const { rows } = await deps.withRetries(() =>
+      deps.driver.run<{ state: string }>(deps.queries.reschedule, [row.id, row.claim_count, outcome.delayMs, category, pastMaxAge(outcome)]),
+    );
+    if (rows.length === 0) return { kind: 'stale' };
+    if (rows[0]!.state === 'dead') return deadPastMaxAge(outcome);
     return { kind: outcome.kind, delayMs: outcome.delayMs };
   }
   return recordFailure(deps, row, outcome);
+}
+
+/** The recorded message of a job dead-lettered because a snooze or a rate limit would take it past its maxAge. */
+function pastMaxAge(outcome: Extract<Outcome, { kind: 'snoozed' | 'rate-limited' }>): string {
+  return outcome.kind === 'snoozed'
+    ? `snoozed for ${outcome.delayMs} ms, which would take the job past its maxAge`
+    : `${outcome.message}; the queue's back-off of ${outcome.delayMs} ms would take the job past its maxAge`;
+}
+
+function deadPastMaxAge(outcome: Extract<Outcome, { kind: 'snoozed' | 'rate-limited' }>): Recorded {
+  return { kind: 'failed', category: outcome.kind === 'rate-limited' ? 'transient' : 'max-age', message: pastMaxAge(outcome), dead: true, runAt: null };
 }
 
 /** Writes a failed attempt (retry or dead letter), fenced by the claim. */
