@@ -7,6 +7,7 @@ import assert from 'node:assert/strict';
 import { createMailroom, defineJob, RateLimitedError, ValidationError, type Job, type Mailroom, type Worker } from '../src/index.ts';
 import { databaseUrl, testDatabases } from './helpers/databases.ts';
 import { waitForEvents } from './helpers/events.ts';
+import { controlQueries } from '../src/jobs/control-queries.ts';
 
 /** On PostgreSQL each worker gets its own mailroom (own pool), as separate processes would. */
 async function peers(db: ReturnType<typeof testDatabases>[number], main: Mailroom, schema: string, n: number): Promise<Mailroom[]> {
@@ -113,6 +114,40 @@ for (const db of testDatabases()) {
       );
       assert.deepEqual(rows.map((r) => [r.n, r.attempt]), [[0, 1], [1, 1], [2, 1]], 'no attempt spent (maxAttempts 1 and still completed)');
       for (const r of rows) assert.ok(r.ms >= pause!.until_ms - 1, `job ${r.n} started after the back-off ended`);
+    });
+
+    it('limits live in the database until a worker removes them with null; a back-off that ended no longer routes claims through the lock', async () => {
+      const { mailroom, schema, sql } = await db.open();
+      const job = defineJob<{ n: number }>('limits.removed', { queue: 'removable' });
+      await mailroom.enqueueMany(job, [{ n: 1 }, { n: 2 }, { n: 3 }]);
+      const handlers = { [job.name]: () => {} };
+      const limited = mailroom.worker({ queues: ['removable'], pollInterval: 10, rateLimit: { max: 1, per: '1h' }, handlers });
+      const first = waitForEvents(limited, 'completed', 1);
+      await limited.start();
+      await first;
+      await limited.stop();
+      // A worker that gives no limit keeps the one in the database: nothing more starts this hour.
+      const plain = mailroom.worker({ queues: ['removable'], pollInterval: 10, handlers });
+      await plain.start();
+      await new Promise((resolve) => setTimeout(resolve, 300));
+      await plain.stop();
+      const waiting = await sql<{ n: number }>(`SELECT count(*)::int AS n FROM "${schema}".jobs WHERE queue = 'removable' AND state = 'available'`);
+      assert.equal(waiting[0]!.n, 2, 'the limit outlives the worker that set it');
+      // `rateLimit: null` removes it.
+      const freed = mailroom.worker({ queues: ['removable'], pollInterval: 10, rateLimit: null, handlers });
+      const rest = waitForEvents(freed, 'completed', 2);
+      await freed.start();
+      await rest;
+      await freed.stop();
+      const [row] = await sql<{ rate_max: number | null; concurrency: number | null }>(`SELECT rate_max, concurrency FROM "${schema}".queue_controls WHERE queue = 'removable'`);
+      assert.deepEqual(row, { rate_max: null, concurrency: null });
+      // Which queues claim through their control row: a limit, or a back-off still running.
+      const { controlledAmong } = controlQueries(`"${schema}"`);
+      const controlled = async () => (await sql<{ queue: string }>(controlledAmong.text, [['removable', 'paused', 'was-paused']])).map((r) => r.queue).sort();
+      await sql(`INSERT INTO "${schema}".queue_controls (queue, paused_until) VALUES ('paused', now() + interval '1 hour'), ('was-paused', now() - interval '1 second')`);
+      assert.deepEqual(await controlled(), ['paused']);
+      await sql(`UPDATE "${schema}".queue_controls SET concurrency = 2 WHERE queue = 'was-paused'`);
+      assert.deepEqual(await controlled(), ['paused', 'was-paused']);
     });
 
     it('refuses non-positive limits', async () => {

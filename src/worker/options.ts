@@ -29,10 +29,14 @@ export interface WorkerOptions {
   maintenance?: boolean;
   /** Identifies the worker in `locked_by`. Default host:pid:random. */
   id?: string;
-  /** At most `max` jobs of each of these queues start in any window of `per`, across all processes. */
-  rateLimit?: RateLimit;
-  /** At most this many jobs of each of these queues are active at once, across all processes. */
-  globalConcurrency?: number;
+  /**
+   * At most `max` jobs of each of these queues start in any window of `per`, across all processes.
+   * The limits live in the database: leaving both options out keeps what an earlier worker set;
+   * `null` removes a limit (a worker that gives either option sets both).
+   */
+  rateLimit?: RateLimit | null;
+  /** At most this many jobs of each of these queues are active at once, across all processes (`null` removes the limit). */
+  globalConcurrency?: number | null;
 }
 
 /** Worker options validated, with defaults filled in. */
@@ -45,6 +49,8 @@ export interface ResolvedWorkerOptions {
   id: string;
   rateLimit: { max: number; perMs: number } | null;
   globalConcurrency: number | null;
+  /** True when either limit option was given (null included): the worker writes both at start. */
+  setsLimits: boolean;
 }
 
 function invalid(path: string, message: string): ValidationError {
@@ -76,7 +82,8 @@ export function resolveWorkerOptions(options: WorkerOptions): ResolvedWorkerOpti
     leaseMs,
     pollMs: toMilliseconds(options.pollInterval ?? '1s', 'worker pollInterval'),
     id: options.id ?? `${hostname()}:${process.pid}:${newId().slice(-8)}`,
-    rateLimit: options.rateLimit === undefined ? null : resolveRateLimit(options.rateLimit),
-    globalConcurrency: options.globalConcurrency === undefined ? null : resolveGlobalConcurrency(options.globalConcurrency),
+    rateLimit: options.rateLimit === undefined || options.rateLimit === null ? null : resolveRateLimit(options.rateLimit),
+    globalConcurrency: options.globalConcurrency === undefined || options.globalConcurrency === null ? null : resolveGlobalConcurrency(options.globalConcurrency),
+    setsLimits: options.rateLimit !== undefined || options.globalConcurrency !== undefined,
   };
 }

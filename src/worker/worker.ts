@@ -89,6 +89,7 @@ export class Worker extends SafeEmitter<WorkerEvents> {
   private readonly executionDeps: ExecutionDeps;
   private readonly rateLimit: { max: number; perMs: number } | null;
   private readonly globalConcurrency: number | null;
+  private readonly setsLimits: boolean;
   private abandoned = false;
   private heartbeatTimer: NodeJS.Timeout | undefined;
   private unlisten: (() => Promise<void>) | undefined;
@@ -116,6 +117,7 @@ export class Worker extends SafeEmitter<WorkerEvents> {
     this.id = resolved.id;
     this.rateLimit = resolved.rateLimit;
     this.globalConcurrency = resolved.globalConcurrency;
+    this.setsLimits = resolved.setsLimits;
     this.controls = new QueueControls(driver, queries, controlQueries, this.queues);
     this.gate = new WakeGate(driver, wakeGateQueries(quotedSchema), this.queues.map((q) => `queue:${q}`), this.id, this.pollMs, (error) => this.report(error));
     this.completer = new Completer(driver, queries, {
@@ -148,7 +150,7 @@ export class Worker extends SafeEmitter<WorkerEvents> {
   async start(): Promise<void> {
     if (this.state !== 'idle') throw new Error(`worker ${this.id} was already started`);
     this.state = 'running';
-    if (this.rateLimit || this.globalConcurrency) await this.controls.configure(this.rateLimit, this.globalConcurrency);
+    if (this.setsLimits) await this.controls.configure(this.rateLimit, this.globalConcurrency);
     try {
       this.unlisten = await this.driver.listen(this.channel, (queue) => {
         if (!this.queues.includes(queue)) return;
