@@ -11,6 +11,18 @@ export class MailroomError extends Error {
 }
 
 /**
+ * Thrown when a `tx` given to enqueue or publish is not (or no longer) inside a
+ * transaction (its transaction already committed or rolled back): nothing was written.
+ *
+ * @example
+ * try { await mailroom.enqueue(job, data, { tx: client }); }
+ * catch (err) { if (err instanceof TransactionEndedError) console.error('enqueue before COMMIT'); }
+ */
+export class TransactionEndedError extends MailroomError {
+  override name = 'TransactionEndedError';
+}
+
+/**
  * Bad input at an API boundary: a payload that fails validation, an invalid
  * name, a negative delay. Nothing was written.
  *

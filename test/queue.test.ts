@@ -7,7 +7,7 @@ import { describe, it } from 'node:test';
 import assert from 'node:assert/strict';
 import pg from 'pg';
 import type { PGlite } from '@electric-sql/pglite';
-import { createMailroom, defineJob, PermanentError, RateLimitedError, RetryableError, snooze, type Job } from '../src/index.ts';
+import { createMailroom, defineJob, PermanentError, RateLimitedError, RetryableError, snooze, TransactionEndedError, type Job } from '../src/index.ts';
 import { databaseUrl, testDatabases, uniqueSchema } from './helpers/databases.ts';
 import { jobQueries } from '../src/jobs/queries.ts';
 import { controlQueries } from '../src/jobs/control-queries.ts';
@@ -112,6 +112,46 @@ for (const db of testDatabases()) {
       await done;
       await worker.stop();
       assert.deepEqual(ran.map((d) => (d as { order: number }).order).sort(), [1, 3]);
+    });
+
+    it('a tx whose transaction already ended is refused with TransactionEndedError, and no job is written (keys and ordering keys too)', async () => {
+      const { mailroom, schema, sql } = await db.open();
+      const job = defineJob<{ n: number }>('queue.tx-ended', { queue: 'tx-ended' });
+      const refused = (e: unknown) =>
+        e instanceof TransactionEndedError && /^enqueue job queue\.tx-ended: tx is not inside a transaction \(its transaction already committed or rolled back\); nothing was written/.test(e.message);
+      let leaked: Parameters<Parameters<typeof mailroom.transaction>[0]>[0] | undefined;
+      await mailroom.transaction(async (tx) => {
+        leaked = tx;
+      });
+      await assert.rejects(mailroom.enqueue(job, { n: 1 }, { tx: leaked! }), TransactionEndedError);
+      const handle = await db.handle();
+      if (db.name === 'postgres') {
+        const client = await (handle as pg.Pool).connect();
+        try {
+          await client.query('BEGIN');
+          await client.query('COMMIT');
+          // After COMMIT the client is in autocommit: each statement would commit on its own.
+          await assert.rejects(mailroom.enqueue(job, { n: 2 }, { tx: client }), refused);
+          await assert.rejects(mailroom.enqueueMany(job, [{ n: 3 }, { n: 4 }], { tx: client, key: (d) => `k${d.n}`, orderingKey: 'o' }), refused);
+          await assert.rejects(mailroom.enqueue(job, { n: 5 }, { tx: handle as pg.Pool }), refused);
+          // The same client in a new transaction works again.
+          await client.query('BEGIN');
+          await mailroom.enqueue(job, { n: 6 }, { tx: client });
+          await client.query('COMMIT');
+        } finally {
+          client.release();
+        }
+      } else {
+        let ended: Parameters<Parameters<PGlite['transaction']>[0]>[0] | undefined;
+        await (handle as PGlite).transaction(async (tx) => {
+          ended = tx;
+        });
+        await assert.rejects(mailroom.enqueue(job, { n: 2 }, { tx: ended! }), refused);
+        await assert.rejects(mailroom.enqueue(job, { n: 5 }, { tx: handle as PGlite }), refused);
+        await mailroom.enqueue(job, { n: 6 });
+      }
+      const rows = await sql<{ n: number }>(`SELECT (payload->>'n')::int AS n FROM "${schema}".jobs ORDER BY n`);
+      assert.deepEqual(rows.map((r) => r.n), [6], 'only the job enqueued inside a transaction (or on the pool)');
     });
 
     it('retries transient failures with backoff, then dead-letters with every attempt recorded', async () => {

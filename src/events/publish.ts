@@ -1,4 +1,4 @@
-import { MailroomError, ValidationError } from '../errors.ts';
+import { TransactionEndedError, ValidationError } from '../errors.ts';
 import { newId } from '../ids.ts';
 import { serializePayload, validatePayload } from '../payload.ts';
 import { asQueryable, type Driver, type TransactionLike } from '../storage/driver.ts';
@@ -18,10 +18,6 @@ export interface PublishDeps {
   source: string;
 }
 
-/** Thrown when `tx` is not (or no longer) inside a transaction: nothing was written. */
-export class TransactionEndedError extends MailroomError {
-  override name = 'TransactionEndedError';
-}
 
 function keyOf<TInput>(option: PublishManyOptions<TInput>['key'], data: TInput, index: number, count: number): string | null {
   if (option === undefined) return null;

@@ -1,6 +1,6 @@
 import type { JobDefinition } from '../define.ts';
 import { toMilliseconds, type Duration } from '../duration.ts';
-import { ValidationError } from '../errors.ts';
+import { TransactionEndedError, ValidationError } from '../errors.ts';
 import { newId } from '../ids.ts';
 import { hasLoneSurrogate, LONE_SURROGATE_FIX, serializePayload, validatePayload } from '../payload.ts';
 import { asQueryable, type Driver, type Queryable, type TransactionLike } from '../storage/driver.ts';
@@ -169,13 +169,15 @@ export async function enqueueJobs<TData, TInput>(
   if (rows.length === 0) return [];
 
   const write = async (db: Queryable): Promise<string[]> => {
+    // In the caller's transaction: its xid, which the insert checks (see enqueueInTransaction).
+    const xid = inTx ? await transactionXid(db, queries, what) : null;
     // Keys of jobs completed within the key window still deduplicate (a redelivered request).
     const completedByKey = keyWindowMs > 0 ? await recentlyCompleted(db, queries, def.name, rows, keyWindowMs) : new Map<string, string>();
     const fresh = rows.filter((r) => r.key === null || !completedByKey.has(r.key));
     const inserted =
       fresh.length > 0
         ? await inProducerSpan(`enqueue ${def.name}`, { 'messaging.system': 'mailroom', 'messaging.destination.name': def.queue, 'messaging.batch.message_count': fresh.length }, (traceparent) =>
-            insertRows(db, queries, def, fresh, { delayMs, runAt, priority, correlationId, traceparent }),
+            insertRows(db, queries, def, fresh, { delayMs, runAt, priority, correlationId, traceparent, xid, what }),
           )
         : [];
     const idOf = new Map(fresh.map((r, i) => [r, inserted[i]!]));
@@ -209,6 +211,21 @@ async function recentlyCompleted(db: Queryable, queries: JobQueries, type: strin
   return new Map(found.map((r) => [r.dedup_key, r.id]));
 }
 
+function transactionEnded(what: string): TransactionEndedError {
+  return new TransactionEndedError(
+    `enqueue ${what}: tx is not inside a transaction (its transaction already committed or rolled back); nothing was written. Enqueue inside the transaction: before COMMIT, or within mailroom.transaction(fn)`,
+  );
+}
+
+/** The xid of the transaction `db` is in (in autocommit, a new one per statement). */
+async function transactionXid(db: Queryable, queries: JobQueries, what: string): Promise<string> {
+  const { rows } = await db.query<{ xid: string }>(queries.currentXid.text).catch((error: unknown) => {
+    // PGlite's transaction object refuses on its own once the transaction is over.
+    throw error instanceof Error && /transaction is closed/i.test(error.message) ? transactionEnded(what) : error;
+  });
+  return rows[0]!.xid;
+}
+
 function isDriver(db: Queryable): db is Driver {
   return typeof (db as Partial<Driver>).run === 'function' && typeof (db as Partial<Driver>).transaction === 'function';
 }
@@ -218,12 +235,14 @@ async function insertRows(
   queries: JobQueries,
   def: JobDefinition<unknown, unknown>,
   rows: PreparedRow[],
-  shared: { delayMs: number; runAt: Date | null; priority: number; correlationId: string | null; traceparent: string | null },
+  shared: { delayMs: number; runAt: Date | null; priority: number; correlationId: string | null; traceparent: string | null; xid: string | null; what: string },
 ): Promise<string[]> {
   const n = rows.length;
   const fill = <T>(value: T): T[] => new Array<T>(n).fill(value);
   // On the pool, the statement is prepared once per connection (named); in a transaction it goes as is.
-  const insert = isDriver(db) ? (params: unknown[]) => db.run<{ id: string }>(queries.enqueue, params) : (params: unknown[]) => db.query<{ id: string }>(queries.enqueue.text, params);
+  const insert = isDriver(db)
+    ? (params: unknown[]) => db.run<{ id: string }>(queries.enqueue, params)
+    : (params: unknown[]) => db.query<{ id: string }>(shared.xid === null ? queries.enqueue.text : queries.enqueueInTransaction.text, shared.xid === null ? params : [...params, shared.xid]);
   const { rows: inserted } = await insert([
     rows.map((r) => r.id),
     def.queue,
@@ -241,6 +260,8 @@ async function insertRows(
     shared.traceparent,
   ]);
   if (inserted.length === n) return rows.map((r) => r.id);
+  // Fewer rows: keys taken by unfinished jobs, or (with an xid) a statement outside the transaction.
+  if (shared.xid !== null && (await transactionXid(db, queries, shared.what)) !== shared.xid) throw transactionEnded(shared.what);
 
   // Some keys were taken by unfinished jobs: answer with their ids.
   const insertedIds = new Set(inserted.map((r) => r.id));

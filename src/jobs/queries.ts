@@ -9,6 +9,8 @@ import { namedQueries } from '../storage/named.ts';
  */
 export interface JobQueries {
   enqueue: NamedQuery;
+  enqueueInTransaction: NamedQuery;
+  currentXid: NamedQuery;
   findUnfinishedByKey: NamedQuery;
   findRecentlyCompletedByKey: NamedQuery;
   cancelWithdrawn: NamedQuery;
@@ -71,6 +73,28 @@ export const CLAIMED_IN_ORDER = (claimed: string): string =>
      FROM ${claimed} ORDER BY ${CLAIM_ORDER}`;
 const UNFINISHED = `('scheduled', 'available', 'active', 'retrying')`;
 /** When lease rescue dead-letters a job (j, its expired row e): out of attempts (a follower that never started spent none), or past its max age. */
+/**
+ * The enqueue statement: $1 ids, $2 queue, $3 type, $4 priorities, $5 run times, $6 delays (ms),
+ * $7 max attempts, $8 dedup keys, $9 correlation ids, $10 max age (ms), $11 payloads, $12 ordering
+ * keys, $13 hold key when dead, $14 traceparent; `guard` filters the rows (a constant condition).
+ */
+function enqueueSql(s: string, guard: string): string {
+  return `INSERT INTO ${s}.jobs (id, queue, type, state, priority, run_at, max_attempts, dedup_key, correlation_id, expires_at,
+                              payload, ordering_key, hold_key_when_dead, traceparent)
+       SELECT i.id, $2, $3,
+              CASE WHEN i.run_at > now() THEN 'scheduled' ELSE 'available' END,
+              i.priority, i.run_at, $7, i.dedup_key, i.correlation_id,
+              now() + $10::bigint * interval '1 millisecond', i.payload::jsonb, i.ordering_key, $13::boolean, $14::text
+         FROM (SELECT u.id, u.priority, u.dedup_key, u.correlation_id, u.payload, u.ordering_key, u.ord,
+                      COALESCE(u.run_at, now()) + u.delay_ms * interval '1 millisecond' AS run_at
+                 FROM unnest($1::uuid[], $4::smallint[], $5::timestamptz[], $6::bigint[], $8::text[], $9::text[], $11::text[], $12::text[])
+                      WITH ORDINALITY AS u(id, priority, run_at, delay_ms, dedup_key, correlation_id, payload, ordering_key, ord)) AS i
+        ${guard}
+        ORDER BY i.ordering_key NULLS FIRST, i.ord
+       ON CONFLICT (type, dedup_key) WHERE dedup_key IS NOT NULL AND state IN ${UNFINISHED} DO NOTHING
+       RETURNING id`;
+}
+
 /** Whether a job rescheduled by $3 milliseconds would wait past its expires_at (its maxAge). */
 const PAST_MAX_AGE = `COALESCE(now() + $3::bigint * interval '1 millisecond' > expires_at, false)`;
 const RESCUED_DEAD = `((NOT e.unstarted AND j.attempt >= j.max_attempts) OR COALESCE(j.expires_at < now(), false))`;
@@ -123,22 +147,12 @@ export function jobQueries(quotedSchema: string): JobQueries {
     // $12 ordering keys, $13 hold the ordering key when dead. Ordering is assigned by a trigger, which
     // locks each key's row: rows go in key order (a key's jobs in the caller's order), so two calls
     // with the same keys lock them in the same order and cannot deadlock.
-    enqueue: q(
-      'enqueue',
-      `INSERT INTO ${s}.jobs (id, queue, type, state, priority, run_at, max_attempts, dedup_key, correlation_id, expires_at,
-                              payload, ordering_key, hold_key_when_dead, traceparent)
-       SELECT i.id, $2, $3,
-              CASE WHEN i.run_at > now() THEN 'scheduled' ELSE 'available' END,
-              i.priority, i.run_at, $7, i.dedup_key, i.correlation_id,
-              now() + $10::bigint * interval '1 millisecond', i.payload::jsonb, i.ordering_key, $13::boolean, $14::text
-         FROM (SELECT u.id, u.priority, u.dedup_key, u.correlation_id, u.payload, u.ordering_key, u.ord,
-                      COALESCE(u.run_at, now()) + u.delay_ms * interval '1 millisecond' AS run_at
-                 FROM unnest($1::uuid[], $4::smallint[], $5::timestamptz[], $6::bigint[], $8::text[], $9::text[], $11::text[], $12::text[])
-                      WITH ORDINALITY AS u(id, priority, run_at, delay_ms, dedup_key, correlation_id, payload, ordering_key, ord)) AS i
-        ORDER BY i.ordering_key NULLS FIRST, i.ord
-       ON CONFLICT (type, dedup_key) WHERE dedup_key IS NOT NULL AND state IN ${UNFINISHED} DO NOTHING
-       RETURNING id`,
-    ),
+    enqueue: q('enqueue', enqueueSql(s, '')),
+    // The same with $15, the xid of the caller's transaction read by its previous statement: in
+    // autocommit (a client whose transaction already ended) each statement has an xid of its own, so
+    // nothing is inserted, rather than a job committed on its own.
+    enqueueInTransaction: q('enqueue_tx', enqueueSql(s, 'WHERE pg_current_xact_id() = $15::xid8')),
+    currentXid: q('jobs_current_xid', `SELECT pg_current_xact_id()::text AS xid`),
     // $1 type, $2 keys, $3 window ms: the newest completed job per key within the window.
     findRecentlyCompletedByKey: q(
       'find_completed_by_key',
