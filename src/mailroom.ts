@@ -284,7 +284,7 @@ export class Mailroom extends SafeEmitter<MailroomEvents> {
    * await mailroom.migrate();
    */
   async migrate(options: { onProgress?: MigrationProgress } = {}): Promise<{ applied: number[] }> {
-    return migrate(this.driver, this.schema, options.onProgress);
+    return migrate(this.driver, this.schema, options.onProgress).catch((e) => this.fail(e));
   }
 
   /**
@@ -534,7 +534,7 @@ export class Mailroom extends SafeEmitter<MailroomEvents> {
   }
 
   private explain(error: unknown): Error {
-    return explainDatabaseError(error, this.schema);
+    return explainDatabaseError(error, this.schema, this.driver.location);
   }
 
   private fail(error: unknown): never {

@@ -11,8 +11,8 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { describe, test } from 'node:test';
 import { z } from 'zod';
-import { createMailroom, defineEvent, defineJob, ValidationError, type JobDefinition } from '../src/index.ts';
-import { testDatabases, type TestMailroom } from './helpers/databases.ts';
+import { createMailroom, defineEvent, defineJob, MailroomError, ValidationError, type JobDefinition } from '../src/index.ts';
+import { databaseUrl, testDatabases, type TestMailroom } from './helpers/databases.ts';
 import { waitForEvents } from './helpers/events.ts';
 
 const INJECTIONS = [`x"; DROP TABLE jobs; --`, `'; DELETE FROM jobs; --`, `jobs; TRUNCATE jobs`, `a" OR "1"="1`];
@@ -76,15 +76,45 @@ test('createMailroom checks every option before it opens anything: a bad redact,
       [{ queues: { email: { owner: 7 } } as never }, /queues\.email\.owner must be the owning team's name/],
       [{ queues: ['email'] as never }, /queues must be an object of queue name -> settings; got an array|queues must be an object/],
       [{ rescueInterval: 'soon' as never }, /rescueInterval: "soon" is not a duration/],
+      [{ database: '' }, /database: got an empty string \(is DATABASE_URL set but empty\?\); give a postgres:\/\/ URL, or leave it unset/],
     ];
     for (const [options, message] of cases) {
       await assert.rejects(createMailroom(options), message);
       assert.equal(existsSync(join(dir, '.mailroom')), false, `no embedded database made for ${JSON.stringify(options)}`);
     }
+    // A DATABASE_URL set but empty (a deployment that lost its value) never opens a local database.
+    process.env.DATABASE_URL = '';
+    await assert.rejects(createMailroom(), /database: got an empty string from DATABASE_URL; give a postgres/);
+    delete process.env.DATABASE_URL;
+    assert.equal(existsSync(join(dir, '.mailroom')), false);
   } finally {
     process.chdir(cwd);
     if (saved !== undefined) process.env.DATABASE_URL = saved;
     rmSync(dir, { recursive: true, force: true });
+  }
+});
+
+test('a server that cannot be reached, a database that does not exist: the error names the server (without the password) and what to check', async () => {
+  const refused = await createMailroom({ database: 'postgres://app:s3cret@127.0.0.1:1/shop' });
+  try {
+    await assert.rejects(refused.migrate(), (e: unknown) => {
+      assert.ok(e instanceof MailroomError);
+      assert.match(e.message, /^cannot reach PostgreSQL at postgres:\/\/app@127\.0\.0\.1:1\/shop: connect ECONNREFUSED 127\.0\.0\.1:1\. Check the host and port in the database URL \(the `database` option or DATABASE_URL\)/);
+      assert.doesNotMatch(e.message, /s3cret/);
+      return true;
+    });
+    await assert.rejects(refused.stats(), /cannot reach PostgreSQL at postgres:\/\/app@127\.0\.0\.1:1\/shop/);
+  } finally {
+    await refused.close();
+  }
+  if (databaseUrl === undefined) return;
+  const url = new URL(databaseUrl);
+  url.pathname = '/mailroom_no_such_db';
+  const missing = await createMailroom({ database: url.toString() });
+  try {
+    await assert.rejects(missing.migrate(), /database "mailroom_no_such_db" does not exist at postgres:\/\/.*\/mailroom_no_such_db: create it/);
+  } finally {
+    await missing.close();
   }
 });
 

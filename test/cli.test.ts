@@ -127,6 +127,22 @@ describe('mailroom command line', () => {
     assert.match(other.stdout, new RegExp(`^Applied ${total} migrations to schema "cli_test_progress"`));
   });
 
+  test('migrate reads the database and schema from the config file, as start and status do (flags first)', async () => {
+    const here = join(dir, 'with-config');
+    mkdirSync(here);
+    writeFileSync(join(here, 'mailroom.config.json'), JSON.stringify({ schema: 'cli_config_schema' }));
+    const run = await mailroom(['migrate', '--json'], { cwd: here, timeoutMs: 60_000 });
+    assert.equal(run.code, 0, run.stderr);
+    assert.equal(parseJson<{ schema: string }>(run, 'migrate --json').schema, 'cli_config_schema');
+    const status = await mailroom(['status', '--json'], { cwd: here, timeoutMs: 60_000 });
+    assert.equal(status.code, 0, `status finds the tables migrate made: ${status.stderr}`);
+    const flag = await mailroom(['migrate', '--schema', 'cli_flag_schema', '--json'], { cwd: here, timeoutMs: 60_000 });
+    assert.equal(parseJson<{ schema: string }>(flag, 'migrate --json').schema, 'cli_flag_schema', 'a flag wins over the config');
+    const named = await mailroom(['migrate', '--config', join(here, 'nope.config.json')], { cwd: here, timeoutMs: 60_000 });
+    assert.equal(named.code, 2, 'a --config that does not exist is a usage error');
+    assert.match(named.stderr, /nope\.config\.json/);
+  });
+
   test('demo on the embedded database: in-process crashes, nothing lost, nothing run after completion', async () => {
     const run = await mailroom(['demo', '--jobs', '300', '--json'], { cwd: dir, timeoutMs: 90_000 });
     assertDemoLedger(run, 'abandon');

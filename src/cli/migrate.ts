@@ -1,27 +1,31 @@
 /** `mailroom migrate`: creates or upgrades mailroom's tables in a schema. */
 import { createMailroom } from '../mailroom.ts';
 import { migrations } from '../storage/migrations.ts';
-import { schemaOption, stringOption, type CommandSpec } from './args.ts';
-import { describeTarget, openDatabase, resolveTarget } from './database.ts';
+import { schemaOption, type CommandSpec } from './args.ts';
+import { chooseDatabase, isTarget, loadCommandConfig } from './command-config.ts';
+import { describeTarget, openDatabase } from './database.ts';
+import { DATABASE_OPTIONS } from './open-mailroom.ts';
 import { startProgress, type Progress } from './progress.ts';
 
 /** The `migrate` command. */
 export const migrateCommand: CommandSpec = {
   name: 'migrate',
   summary: "create or upgrade mailroom's tables (safe to run from several processes at once)",
-  usage: 'mailroom migrate [--database URL | --data-dir DIR] [--schema NAME] [--json]',
-  options: {
-    database: { type: 'string', value: 'URL', description: 'PostgreSQL URL; default $DATABASE_URL, else the embedded database' },
-    'data-dir': { type: 'string', value: 'DIR', description: 'directory of the embedded PGlite database (default ./.mailroom)' },
-    schema: { type: 'string', value: 'NAME', description: "schema for mailroom's tables (default mailroom)" },
-  },
+  usage: 'mailroom migrate [--database URL | --data-dir DIR] [--schema NAME] [--config PATH] [--json]',
+  options: DATABASE_OPTIONS,
   details:
     'Applies the numbered migrations in sql/migrations/ that the schema does not have yet, in one\n' +
-    'transaction under an advisory lock. Running it again, or from several processes at once, is safe.',
+    'transaction under an advisory lock. Running it again, or from several processes at once, is safe.\n' +
+    'The database and schema come from the flags, else from the config file (--config, or a\n' +
+    'mailroom.config.* here), else DATABASE_URL or the embedded database: the same as start and status.',
   async run(values, io) {
-    const target = resolveTarget(stringOption(values.database), stringOption(values['data-dir']), true);
-    const schema = schemaOption(values.schema, 'mailroom');
-    const db = await openDatabase(target, 2);
+    const loaded = await loadCommandConfig(values, false);
+    const chosen = chooseDatabase(values, loaded?.config);
+    const schema = schemaOption(values.schema ?? loaded?.config.schema, 'mailroom');
+    // A code config that passes its own pool or PGlite instance: used as it is, and left open.
+    const kind = isTarget(chosen) ? chosen.kind : 'postgres';
+    const location = isTarget(chosen) ? describeTarget(chosen) : `the database ${loaded!.display} passes`;
+    const db = isTarget(chosen) ? await openDatabase(chosen, 2) : { handle: chosen, close: async () => {} };
     let applied: number[];
     try {
       const mailroom = await createMailroom({ database: db.handle, schema });
@@ -48,10 +52,10 @@ export const migrateCommand: CommandSpec = {
     const version = all.at(-1)?.version ?? 0;
     if (values.json) {
       const names = applied.map((v) => `${String(v).padStart(4, '0')}_${all.find((m) => m.version === v)?.name ?? ''}`);
-      io.out.write(`${JSON.stringify({ ok: true, database: target.kind, location: describeTarget(target), schema, applied: names, version })}\n`);
+      io.out.write(`${JSON.stringify({ ok: true, database: kind, location, schema, applied: names, version })}\n`);
       return 0;
     }
-    const where = `schema "${schema}" on ${describeTarget(target)}`;
+    const where = `schema "${schema}" on ${location}`;
     if (applied.length === 0) {
       io.out.write(`${where} is up to date (migration ${version}); nothing to do.\n`);
     } else {

@@ -23,11 +23,18 @@ function isPgPool(value: object): value is pg.Pool {
  * Opens the driver for a database option: a URL opens a pool (closed again by
  * mailroom), a pool or PGlite instance you pass stays yours to close, and no
  * option (and no `DATABASE_URL`) opens the embedded PGlite database in
- * `./.mailroom`.
+ * `./.mailroom`. An empty string (a `DATABASE_URL` set but empty) is an error,
+ * never the embedded database.
  */
 export async function connect(database: DatabaseOption | undefined, poolSize: number): Promise<Driver> {
   const chosen = database ?? process.env.DATABASE_URL;
-  if (chosen === undefined || chosen === '') {
+  if (chosen === '') {
+    // Most often DATABASE_URL set but empty in a deployment: never fall back to a local database then.
+    throw new MailroomError(
+      `database: got an empty string${database === undefined ? ' from DATABASE_URL' : ' (is DATABASE_URL set but empty?)'}; give a postgres:// URL, or leave it unset (undefined) for the embedded database in ${DEFAULT_EMBEDDED_DIR}`,
+    );
+  }
+  if (chosen === undefined) {
     const db = await PGlite.create(DEFAULT_EMBEDDED_DIR);
     return new PgliteDriver(db, true);
   }

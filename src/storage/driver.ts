@@ -42,6 +42,8 @@ export interface TransactionOptions {
 /** A connection to the database as mailroom uses it. */
 export interface Driver extends Queryable {
   readonly kind: 'pg' | 'pglite';
+  /** Where the database is, for error messages: a URL without its password. */
+  readonly location?: string;
   /** Runs a prepared (named) statement outside any transaction. */
   run<R = Record<string, unknown>>(query: NamedQuery, params: readonly unknown[]): Promise<QueryResult<R>>;
   /**

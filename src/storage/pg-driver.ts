@@ -10,6 +10,7 @@ const RECONNECT_DELAY_MS = 1000;
  */
 export class PgDriver implements Driver {
   readonly kind = 'pg' as const;
+  readonly location: string;
   private readonly listeners = new Map<string, Set<(payload: string) => void>>();
   private listenClient: pg.PoolClient | undefined;
   /** Removes the LISTEN connection's own event handlers (before it goes back to the pool). */
@@ -21,6 +22,7 @@ export class PgDriver implements Driver {
     private readonly pool: pg.Pool,
     private readonly ownsPool: boolean,
   ) {
+    this.location = poolLocation(pool);
     if (ownsPool) {
       // An idle client losing its connection (server restart, terminated backend)
       // must not crash the process; the pool replaces it on next use.
@@ -194,4 +196,19 @@ function beginStatement(options: TransactionOptions): string {
   }
   if (options.jit === false) parts.push('SET LOCAL jit = off');
   return parts.join('; ');
+}
+
+/** The pool's server as a URL without the password: `postgres://user@host:port/database`. */
+function poolLocation(pool: pg.Pool): string {
+  const o = pool.options as pg.PoolConfig;
+  if (typeof o.connectionString === 'string') {
+    try {
+      const url = new URL(o.connectionString);
+      url.password = '';
+      return url.toString();
+    } catch {
+      return 'the PostgreSQL server of the connection string';
+    }
+  }
+  return `postgres://${o.user ?? process.env.PGUSER ?? ''}@${o.host ?? process.env.PGHOST ?? 'localhost'}:${o.port ?? process.env.PGPORT ?? 5432}/${o.database ?? process.env.PGDATABASE ?? ''}`;
 }
