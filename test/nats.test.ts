@@ -19,6 +19,8 @@ import { newId } from '../src/ids.ts';
 import type { RelayContext, RelayedEvent } from '../src/relay/target.ts';
 import { PubAckError, PubAckInbox } from '../src/brokers/nats/pub-acks.ts';
 import { fixture, freePort, natsPair, PrivateNatsServer, withJsm } from './helpers/brokers/nats.ts';
+import { testDatabases } from './helpers/databases.ts';
+import { defineEvent } from '../src/index.ts';
 
 const url = process.env.NATS_URL ?? null;
 const skip = !url && 'set NATS_URL';
@@ -345,6 +347,39 @@ describe('nats target', { skip }, () => {
       assert.equal(millis((await withJsm(NATS, (jsm) => jsm.streams.info(other))).config.duplicate_window), 120_000, 'at least 2 minutes');
       await deleteStream(NATS, other);
     }).finally(() => deleteStream(NATS, stream));
+  });
+
+  test('relay.start() declares the stream before it resolves: a natsSource started next finds it and gets the events published after', async () => {
+    const stream = `mr-${unique()}`;
+    const { mailroom } = await testDatabases()[0]!.open();
+    const relay = mailroom.relay({ to: [nats({ url: NATS, stream })], internal: false, pollInterval: 20, lease: '3m' });
+    const reports: unknown[] = [];
+    relay.on('error', (e) => reports.push(e));
+    const source = natsSource({ url: NATS, stream, durable: 'billing' });
+    const ctx = recorder('billing');
+    await closing([relay, source], async () => {
+      await relay.start();
+      const info = await withJsm(NATS, (jsm) => jsm.streams.info(stream));
+      assert.equal(millis(info.config.duplicate_window), 185_000, "the window covers the relay's republish horizon (lease 3 min + 5 s)");
+      await source.start(ctx.deliver, ctx);
+      const startedAt = defineEvent<{ n: number }>(`started.${stream}`, { version: 1 });
+      await mailroom.publish(startedAt, { n: 1 });
+      const [m] = await ctx.until(1);
+      assert.equal(JSON.parse(new TextDecoder().decode(m!.body as Uint8Array)).data.n, 1);
+      assert.deepEqual(reports, []);
+    }).finally(() => deleteStream(NATS, stream));
+  });
+
+  test('relay.start() with a nats target that cannot connect still starts and reports the error naming the server (its publishes try again)', async () => {
+    const { mailroom } = await testDatabases()[0]!.open();
+    const down = `nats://127.0.0.1:${await freePort()}`;
+    const relay = mailroom.relay({ to: [nats({ url: down, stream: `mr-${unique()}` })], internal: false, pollInterval: 20 });
+    const reports: unknown[] = [];
+    relay.on('error', (e) => reports.push(e));
+    await closing([relay], async () => {
+      await relay.start();
+      assert.ok(reports.some((e) => e instanceof Error && e.message.includes(`nats: cannot connect to ${down}`)), `reported: ${reports.map(String).join('; ')}`);
+    });
   });
 
   test('the stream deduplicates a republished event id, and a republished batch keeps its order', async () => {

@@ -148,7 +148,8 @@ export class Relay extends SafeEmitter<RelayEvents> {
 
   /**
    * Starts relaying: takes each target's lease when it is free, delivers,
-   * renews, and wakes on NOTIFY (polling as the safety net).
+   * renews, and wakes on NOTIFY (polling as the safety net). Resolves once
+   * each target's `start()` is done (a NATS target's stream exists then).
    *
    * @example
    * const relay = mailroom.relay({ batchSize: 200 });
@@ -165,6 +166,8 @@ export class Relay extends SafeEmitter<RelayEvents> {
     } catch (error) {
       this.report(error); // NOTIFY is only a hint
     }
+    await this.startTargets();
+    if (this.state !== 'running') return; // stopped meanwhile
     const renew = setInterval(() => void this.renewAll(), Math.max(50, Math.floor(this.options.leaseMs / 3)));
     const prune = setInterval(() => void this.pruneInBackground(), Math.min(60_000, Math.max(1000, Math.floor(this.options.retentionMs / 10))));
     renew.unref();
@@ -180,6 +183,12 @@ export class Relay extends SafeEmitter<RelayEvents> {
       },
       (error: unknown) => this.report(error),
     );
+  }
+
+  /** Each target's `start()` (a NATS target declares its stream), awaited; a failure is reported and its first publish tries again. */
+  private async startTargets(): Promise<void> {
+    const context = { republishHorizonMs: republishHorizonMs(this.options.leaseMs), maxPayloadBytes: this.maxPayloadBytes };
+    await Promise.all(this.states.map((s) => Promise.resolve().then(() => s.target.start?.(context)).catch((error: unknown) => this.report(error))));
   }
 
   /**

@@ -75,6 +75,13 @@ export interface RelayTarget {
    * of waiting for that confirm. Default false.
    */
   readonly pipelined?: boolean;
+  /**
+   * Gets the target ready before its first batch (the NATS target connects
+   * and declares its stream, so a source of that stream can start once
+   * `relay.start()` resolves); `relay.start()` awaits it. A failure is
+   * reported as the relay's `error` and the first publish tries again.
+   */
+  start?(context: TargetCheckContext): Promise<void>;
   publish(events: readonly RelayedEvent[], context: RelayContext): Promise<void>;
   /** Broker settings that break a guarantee; the relay logs them at start (`warning` event), `mailroom doctor` prints them. */
   check?(context: TargetCheckContext): Promise<SafetyWarning[]>;

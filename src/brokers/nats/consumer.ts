@@ -47,7 +47,7 @@ export async function ensureConsumer(jsm: JetStreamManager, spec: ConsumerSpec):
   } catch (error) {
     if (error instanceof JetStreamApiError && error.code === JetStreamApiCodes.StreamNotFound) {
       throw new Error(
-        `nats: stream ${spec.stream} does not exist on ${spec.where}; the relay's nats() target creates it on its first publish, or create it yourself (nats stream add ${spec.stream} --subjects '${spec.stream}.>' --storage file)`,
+        `nats: stream ${spec.stream} does not exist on ${spec.where}; the relay's nats() target creates it when the relay starts, or create it yourself (nats stream add ${spec.stream} --subjects '${spec.stream}.>' --storage file)`,
         { cause: error },
       );
     }

@@ -178,6 +178,17 @@ export class NatsTarget implements RelayTarget {
     return new Error(`nats: publishing ${where} failed: ${reason(error)}`, { cause: error });
   }
 
+  /**
+   * Connects and makes sure the stream exists (declaring it, with a
+   * duplicate window covering the relay's republish horizon, unless
+   * `declare: false`), so a `natsSource` can start once `relay.start()`
+   * resolves. The relay calls it at start; `publish` does the same when needed.
+   */
+  async start(context: TargetCheckContext): Promise<void> {
+    this.#horizonMs = Math.max(this.#horizonMs, context.republishHorizonMs);
+    await this.#connected();
+  }
+
   /** The open session, or a new one (connected, stream declared). */
   #connected(): Promise<Session> {
     if (this.#session && !this.#session.nc.isClosed()) return Promise.resolve(this.#session);
@@ -258,7 +269,8 @@ function isTimeout(error: unknown): boolean {
  * A relay target publishing outbox events to a NATS JetStream stream: subject
  * `<subjectPrefix>.<event type>`, the event id as `Nats-Msg-Id` (deduplicated
  * by the stream), the CloudEvents JSON as body, `content-type` and the tracing
- * headers as NATS headers. Creates the stream on first use unless `declare: false`.
+ * headers as NATS headers. Creates the stream when the relay starts (or on
+ * first use) unless `declare: false`.
  *
  * @example
  * import { nats } from 'mailroom/nats';
