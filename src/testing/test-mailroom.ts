@@ -8,29 +8,74 @@ import { quoteSchema } from '../identifiers.ts';
 import { createMailroom, openMailroom, type Mailroom, type MailroomOptions } from '../mailroom.ts';
 import { PgliteDriver } from '../storage/pglite-driver.ts';
 
-/** The in-memory database of this process: made on first use (a few seconds), then shared by schema. */
+/**
+ * The in-memory database of this process: made on first use (a few seconds), then shared by schema
+ * while a test mailroom is open. PGlite arms timers of its own (a 10 s one after most statements)
+ * that nothing else clears, and they keep the process alive: once the last test mailroom is closed
+ * and none is opened again for {@link IDLE_CLOSE_MS}, the database is closed (which clears them) and
+ * the next call makes a new one.
+ */
 let memory: Promise<PGlite> | undefined;
+/** Test mailrooms opening or open on `memory`. */
+let users = 0;
+let idleClose: ReturnType<typeof setTimeout> | undefined;
 let opened = 0;
 
-function memoryDatabase(): Promise<PGlite> {
+/** How long the shared database outlives the last test mailroom: the next test's mailroom, opened right after, reuses it. */
+const IDLE_CLOSE_MS = 500;
+
+/** Takes the shared database for one test mailroom; {@link releaseMemoryDatabase} gives it back. */
+async function acquireMemoryDatabase(): Promise<PGlite> {
+  users++;
+  if (idleClose !== undefined) {
+    clearTimeout(idleClose);
+    idleClose = undefined;
+  }
   memory ??= PGlite.create().catch((error: unknown) => {
     memory = undefined;
     throw error;
   });
-  return memory;
+  try {
+    return await memory;
+  } catch (error) {
+    releaseMemoryDatabase();
+    throw error;
+  }
 }
 
-/** The shared in-memory database, seen through one test's schema: closing drops the schema, not the database. */
+function releaseMemoryDatabase(): void {
+  users--;
+  if (users > 0 || memory === undefined) return;
+  // Unref'd: it never keeps the process alive itself; PGlite's own timers do until it runs.
+  idleClose = setTimeout(() => {
+    idleClose = undefined;
+    if (users > 0 || memory === undefined) return;
+    const closing = memory;
+    memory = undefined;
+    closing.then((db) => db.close()).catch(() => {});
+  }, IDLE_CLOSE_MS);
+  idleClose.unref();
+}
+
+/** The shared in-memory database, seen through one test's schema: closing drops the schema and gives the database back. */
 class TestSchemaDriver extends PgliteDriver {
   readonly #dropSchema: string;
+  #closing: Promise<void> | undefined;
 
   constructor(db: PGlite, quotedSchema: string) {
     super(db, false);
     this.#dropSchema = `DROP SCHEMA IF EXISTS ${quotedSchema} CASCADE`;
   }
 
-  override async close(): Promise<void> {
-    await this.query(this.#dropSchema);
+  override close(): Promise<void> {
+    this.#closing ??= (async () => {
+      try {
+        await this.query(this.#dropSchema);
+      } finally {
+        releaseMemoryDatabase();
+      }
+    })();
+    return this.#closing;
   }
 }
 
@@ -51,7 +96,13 @@ export async function createTestMailroom(options: MailroomOptions = {}): Promise
   let mailroom: Mailroom;
   if (options.database === undefined) {
     const schema = options.schema ?? `mailroom_test_${process.pid.toString(36)}_${(opened++).toString(36)}`;
-    mailroom = await openMailroom({ ...options, schema }, async () => new TestSchemaDriver(await memoryDatabase(), quoteSchema(schema)));
+    let driver: TestSchemaDriver | undefined;
+    try {
+      mailroom = await openMailroom({ ...options, schema }, async () => (driver = new TestSchemaDriver(await acquireMemoryDatabase(), quoteSchema(schema))));
+    } catch (error) {
+      await driver?.close().catch(() => {});
+      throw error;
+    }
   } else {
     mailroom = await createMailroom(options);
   }
