@@ -1,4 +1,5 @@
 import type { PGlite } from '@electric-sql/pglite';
+import { checkOptionNames, type OptionNames } from './option-names.ts';
 import type pg from 'pg';
 import type { JobDefinition } from './define.ts';
 import { quoteSchema } from './identifiers.ts';
@@ -553,8 +554,14 @@ export async function createMailroom(options: MailroomOptions = {}): Promise<Mai
   return openMailroom(options, (poolSize) => connect(options.database as DatabaseOption | undefined, poolSize));
 }
 
+const MAILROOM_OPTION_NAMES: OptionNames<MailroomOptions> = {
+  database: true, schema: true, maxPayloadBytes: true, poolSize: true, rescueInterval: true, retention: true,
+  source: true, queues: true, redact: true, logger: true, metrics: true,
+};
+
 /** createMailroom's checks, then a mailroom on the driver `open` gives (mailroom/testing opens an in-memory database). */
 export async function openMailroom(options: MailroomOptions, open: (poolSize: number) => Promise<Driver>): Promise<Mailroom> {
+  checkOptionNames(options, MAILROOM_OPTION_NAMES, 'createMailroom');
   quoteSchema(options.schema ?? 'mailroom');
   if (options.maxPayloadBytes !== undefined && (!Number.isInteger(options.maxPayloadBytes) || options.maxPayloadBytes < 1)) {
     throw new ValidationError('maxPayloadBytes must be a positive integer', [{ path: 'maxPayloadBytes', message: 'invalid' }]);

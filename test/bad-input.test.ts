@@ -120,6 +120,23 @@ test('a server that cannot be reached, a database that does not exist: the error
 
 for (const db of testDatabases()) {
   describe(`bad input on ${db.name}`, () => {
+    test('an option name that is not an option (a typo) is refused, naming it and the nearest one, not ignored', async () => {
+      const t = await openWithOneJob(db);
+      const { mailroom } = t;
+      const job = uniqueJob();
+      const event = defineEvent(`bad.input-${process.pid}-typo.happened`, { version: 1 });
+      const handlers = { [job.name]: () => {} };
+      await refused(t, () => mailroom.enqueue(job, { n: 1 }, { orderKey: 'a' } as never), [/^enqueue bad\.input\.\d+\.\d+: unknown option "orderKey"; did you mean "orderingKey"\?/]);
+      await refused(t, () => mailroom.enqueueMany(job, [{ n: 1 }], { delays: '1s' } as never), [/unknown option "delays"; did you mean "delay"\?/]);
+      await refused(t, () => mailroom.worker({ queue: ['q'], handlers } as never), [/^worker: unknown option "queue"; did you mean "queues"\? \(options: queues, handlers, /]);
+      await refused(t, () => mailroom.relay({ batchsize: 10 } as never), [/^relay: unknown option "batchsize"; did you mean "batchSize"\?/]);
+      await refused(t, () => mailroom.consumer({ group: 'g', handlers: {}, fromm: 'now' } as never), [/^consumer: unknown option "fromm"; did you mean "from"\?/]);
+      await refused(t, () => mailroom.publish(event, {}, { correlationID: 'x' } as never), [/^publish: unknown option "correlationID"; did you mean "correlationId"\?/]);
+      await refused(t, () => createMailroom({ dataDir: './x' } as never), [/^createMailroom: unknown option "dataDir"/]);
+      const [row] = await t.sql<{ n: number }>(`SELECT count(*)::int AS n FROM "${t.schema}".outbox`);
+      assert.equal(row!.n, 0, 'no event written');
+    });
+
     test('a payload that is not JSON-serialisable (BigInt, a cycle, a function) is refused', async () => {
       const t = await openWithOneJob(db);
       const job = uniqueJob();

@@ -636,7 +636,7 @@ for (const db of testDatabases()) {
         const [one] = claimed.rows;
         const single = [
           ['fail', q.fail.text, `'${one!.id}', ${one!.claim_count}, true, 1000, null, 'transient', 'failed', null`],
-          ['reschedule', q.reschedule.text, `'${one!.id}', ${one!.claim_count}, 0`],
+          ['reschedule', q.reschedule.text, `'${one!.id}', ${one!.claim_count}, 0, NULL, 'snoozed'`],
         ] as const;
         for (const [name, text, args] of single) {
           const plan = await explainPrepared(session, mode, `plan_${name}`, text, args, 'COSTS OFF');

@@ -1,4 +1,5 @@
 import { toMilliseconds, type Duration } from '../duration.ts';
+import { checkOptionNames, type OptionNames } from '../option-names.ts';
 import { ValidationError } from '../errors.ts';
 import { assertEventType } from '../events/event-type.ts';
 import { resolveRetryPolicy, type RetryOptions, type RetryPolicy } from '../retry/backoff.ts';
@@ -86,8 +87,15 @@ export function assertGroupName(group: unknown, caller: string): asserts group i
   }
 }
 
+const CONSUMER_OPTION_NAMES: OptionNames<ConsumerOptions> = {
+  group: true, handlers: true, source: true, maxMessageBytes: true, from: true, retry: true, timeout: true, classify: true,
+  inboxRetention: true, concurrency: true, lease: true, pollInterval: true, prefetch: true, rateLimit: true,
+  globalConcurrency: true, maintenance: true,
+};
+
 /** Validates consumer options (a ValidationError naming the option) and fills in defaults. */
 export function resolveConsumerOptions(options: ConsumerOptions): ResolvedConsumerOptions {
+  checkOptionNames(options, CONSUMER_OPTION_NAMES, 'consumer');
   if (typeof options !== 'object' || options === null) throw invalid('options', 'consumer: options must be an object');
   const { group } = options;
   assertGroupName(group, 'consumer');

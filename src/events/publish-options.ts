@@ -1,4 +1,5 @@
 import { ValidationError } from '../errors.ts';
+import { checkOptionNames, type OptionNames } from '../option-names.ts';
 import type { TransactionLike } from '../storage/driver.ts';
 import { hasLoneSurrogate, LONE_SURROGATE_FIX } from '../payload.ts';
 import { RESERVED_ATTRIBUTES } from './envelope.ts';
@@ -106,8 +107,11 @@ function checkTime(value: unknown): Date {
   return value;
 }
 
+const PUBLISH_OPTION_NAMES: OptionNames<PublishOptions> = { tx: true, key: true, correlationId: true, causationId: true, headers: true, traceparent: true, time: true };
+
 /** Validates the options every event of one publish shares. */
 export function checkPublishOptions<TInput>(options: PublishOptions | PublishManyOptions<TInput>): CheckedPublishOptions {
+  checkOptionNames(options, PUBLISH_OPTION_NAMES, 'publish');
   if (typeof options !== 'object' || options === null) throw invalid('options', 'publish: options must be an object');
   return {
     correlationId: text(options.correlationId, 'correlationId', MAX_ID_LENGTH),

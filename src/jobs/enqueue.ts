@@ -2,6 +2,7 @@ import type { JobDefinition } from '../define.ts';
 import { toMilliseconds, type Duration } from '../duration.ts';
 import { TransactionEndedError, ValidationError } from '../errors.ts';
 import { newId } from '../ids.ts';
+import { checkOptionNames, type OptionNames } from '../option-names.ts';
 import { hasLoneSurrogate, LONE_SURROGATE_FIX, serializePayload, validatePayload } from '../payload.ts';
 import { asQueryable, type Driver, type Queryable, type TransactionLike } from '../storage/driver.ts';
 import type { JobQueries } from './queries.ts';
@@ -118,6 +119,8 @@ function checkDelay(delay: EnqueueOptions['delay']): number {
   return ms;
 }
 
+const ENQUEUE_OPTION_NAMES: OptionNames<EnqueueOptions> = { key: true, delay: true, runAt: true, priority: true, correlationId: true, orderingKey: true, tx: true };
+
 /**
  * Validates and writes jobs of one type in one statement; returns their ids in
  * input order (for a deduplicated item, the id of the unfinished job that
@@ -135,6 +138,7 @@ export async function enqueueJobs<TData, TInput>(
   if (typeof def !== 'object' || def === null || def.kind !== 'job') {
     throw new TypeError('enqueue: the first argument must be a job definition made by defineJob()');
   }
+  checkOptionNames(options, ENQUEUE_OPTION_NAMES, `enqueue ${def.name}`);
   const what = `job ${def.name}`;
   const delayMs = checkDelay(options.delay);
   const runAt = checkRunAt(options.runAt);

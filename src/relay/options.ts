@@ -1,4 +1,5 @@
 import { hostname } from 'node:os';
+import { checkOptionNames, type OptionNames } from '../option-names.ts';
 import { toMilliseconds, type Duration } from '../duration.ts';
 import { ValidationError } from '../errors.ts';
 import { assertName } from '../identifiers.ts';
@@ -47,8 +48,13 @@ function invalid(path: string, message: string): ValidationError {
   return new ValidationError(message, [{ path, message }]);
 }
 
+const RELAY_OPTION_NAMES: OptionNames<RelayOptions> = {
+  to: true, internal: true, batchSize: true, pollInterval: true, lease: true, retention: true, id: true, onRefused: true,
+};
+
 /** Validates relay options (a ValidationError naming the option) and fills in defaults. */
 export function resolveRelayOptions(options: RelayOptions, internal: RelayTarget): ResolvedRelayOptions {
+  checkOptionNames(options, RELAY_OPTION_NAMES, 'relay');
   if (typeof options !== 'object' || options === null) throw invalid('options', 'relay: options must be an object');
   const extra = options.to ?? [];
   if (!Array.isArray(extra)) throw invalid('to', 'relay: to must be an array of targets');

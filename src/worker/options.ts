@@ -1,4 +1,5 @@
 import { hostname } from 'node:os';
+import { checkOptionNames, type OptionNames } from '../option-names.ts';
 import { toMilliseconds, type Duration } from '../duration.ts';
 import { ValidationError } from '../errors.ts';
 import { assertName } from '../identifiers.ts';
@@ -57,8 +58,14 @@ function invalid(path: string, message: string): ValidationError {
   return new ValidationError(message, [{ path, message }]);
 }
 
+const WORKER_OPTION_NAMES: OptionNames<WorkerOptions> = {
+  queues: true, handlers: true, concurrency: true, lease: true, pollInterval: true, prefetch: true,
+  maintenance: true, id: true, rateLimit: true, globalConcurrency: true,
+};
+
 /** Validates worker options (a ValidationError naming the option) and fills in defaults. */
 export function resolveWorkerOptions(options: WorkerOptions): ResolvedWorkerOptions {
+  checkOptionNames(options, WORKER_OPTION_NAMES, 'worker');
   const queues = options.queues ?? ['default'];
   if (!Array.isArray(queues) || queues.length === 0) throw invalid('queues', 'worker: queues must be a non-empty array of queue names');
   for (const q of queues) assertName(q, 'worker queue');
