@@ -389,6 +389,17 @@ describe('payload serialisation', () => {
   });
 });
 
+describe('job definitions', () => {
+  test('a name defined again with another queue is refused; with the same queue it replaces the definition', () => {
+    const first = defineJob('unit.redefined', { queue: 'alpha' });
+    const again = defineJob('unit.redefined', { queue: 'alpha', retry: { maxAttempts: 3 } });
+    assert.equal(again.retry.maxAttempts, 3);
+    assert.notEqual(first, again);
+    throwsValidation(() => defineJob('unit.redefined', { queue: 'beta' }), /^job unit\.redefined is already defined for queue "alpha", not "beta": a job type belongs to one queue/);
+    throwsValidation(() => defineJob('unit.redefined'), /already defined for queue "alpha", not "default"/);
+  });
+});
+
 describe('decideFailure', () => {
   let seq = 0;
   const row = (type: string, attempt: number, maxAttempts: number): ClaimedRow => ({
