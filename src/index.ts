@@ -59,6 +59,7 @@ export { handleEvent } from './consumers/handle-event.ts';
 export type { EventHandler, ConsumerContext } from './consumers/handle-event.ts';
 export type { IngestedInfo } from './consumers/ingest.ts';
 export type { ConsumerGroupsApi, RemovedGroup, RemoveGroupOptions } from './consumers/remove-group.ts';
+export type { RelayTargetsApi, RemovedTarget } from './relay/remove-target.ts';
 export { INVALID_MESSAGE_TYPE } from './consumers/decode-message.ts';
 export type { ConsumerSource, SourceMessage, SourceContext, SourceCheckContext, SourceRemoveContext } from './brokers/source.ts';
 export type { SafetyWarning, TargetCheckContext } from './brokers/safety.ts';

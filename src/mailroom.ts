@@ -47,6 +47,8 @@ import type { MailroomEvents } from './observe/lifecycle.ts';
 import { checkRedactPaths, redact } from './observe/redact.ts';
 import { deadLettersApi, type DeadLettersApi } from './dead-letters/api.ts';
 import { parkedEventsApi, type ParkedEventsApi } from './relay/parked-api.ts';
+import { removeRelayTarget, type RelayTargetsApi } from './relay/remove-target.ts';
+import { removeTargetQueries } from './relay/remove-target-queries.ts';
 import { removeConsumerGroup, type ConsumerGroupsApi } from './consumers/remove-group.ts';
 import { parkedQueries } from './relay/parked-queries.ts';
 import { deadLetterQueries } from './dead-letters/dead-letter-queries.ts';
@@ -176,6 +178,13 @@ export class Mailroom extends SafeEmitter<MailroomEvents> {
   readonly parkedEvents: ParkedEventsApi;
   /** Consumer groups: remove one that no longer runs (docs/EVENTS.md, "Removing a group"). */
   readonly consumerGroups: ConsumerGroupsApi;
+  /**
+   * Relay targets: remove one that no relay runs any more (its cursor holds outbox retention back).
+   *
+   * @example
+   * await mailroom.relayTargets.remove('rabbitmq:orders-old');
+   */
+  readonly relayTargets: RelayTargetsApi;
   readonly versions: VersionsApi;
   private readonly retention: RetentionPolicy;
   private readonly admin: AdminQueries;
@@ -244,6 +253,8 @@ export class Mailroom extends SafeEmitter<MailroomEvents> {
     });
     this.parkedEvents = parkedEventsApi({ driver: this.driver, queries: parkedQueries(this.quotedSchema), fail: (e) => this.fail(e) });
     this.consumerGroups = { remove: (group, options) => removeConsumerGroup(this.driver, this.consumerQueries, group, options).catch((e) => this.fail(e)) };
+    const targetQueries = removeTargetQueries(this.quotedSchema);
+    this.relayTargets = { remove: (target) => removeRelayTarget(this.driver, targetQueries, target).catch((e) => this.fail(e)) };
     this.jobs = {
       get: (id) =>
         getJob(this.driver, this.queries, id)

@@ -11,6 +11,7 @@ import { demoCommand } from './demo.ts';
 import { dlqCommand } from './dlq.ts';
 import { doctorCommand } from './doctor.ts';
 import { groupsCommand } from './groups.ts';
+import { targetsCommand } from './targets.ts';
 import { dashboardCommand } from './dashboard.ts';
 import { commandHelp, overviewHelp } from './help.ts';
 import { jobsCommand } from './jobs.ts';
@@ -20,7 +21,7 @@ import { startCommand } from './start.ts';
 import { statusCommand } from './status.ts';
 import { parsesOwnArguments } from './subcommand.ts';
 
-const COMMANDS: readonly CommandSpec[] = [migrateCommand, startCommand, demoCommand, doctorCommand, statusCommand, jobsCommand, dlqCommand, parkedCommand, groupsCommand, dashboardCommand, benchCommand];
+const COMMANDS: readonly CommandSpec[] = [migrateCommand, startCommand, demoCommand, doctorCommand, statusCommand, jobsCommand, dlqCommand, parkedCommand, groupsCommand, targetsCommand, dashboardCommand, benchCommand];
 
 function version(): string {
   try {
