@@ -70,11 +70,18 @@ export function resolveRetention(options: RetentionOptions | undefined): Retenti
 
 /**
  * The longest a job of this type can stay unfinished because of retries: its
- * `maxAge`, or else the sum of its largest possible backoff delays.
+ * `maxAge` (plus one run of its timeout: an attempt started just before the
+ * age ran out), or else the sum of its largest possible backoff delays and of
+ * its runs, each up to its `timeout`. Without a timeout a run's own length is
+ * not bounded and not counted.
+ *
+ * @example
+ * retryHorizonMs({ retry: resolveRetryPolicy({ maxAttempts: 3 }, 'x'), timeoutMs: 60_000 }) // 1 s + 2 s of backoff + 3 runs of 60 s
  */
-export function retryHorizonMs(def: Pick<JobDefinition<unknown, unknown>, 'retry'>): number {
-  if (def.retry.maxAgeMs !== null) return def.retry.maxAgeMs;
-  let total = 0;
+export function retryHorizonMs(def: Pick<JobDefinition<unknown, unknown>, 'retry'> & { timeoutMs?: number | null }): number {
+  const runMs = def.timeoutMs ?? 0;
+  if (def.retry.maxAgeMs !== null) return def.retry.maxAgeMs + runMs;
+  let total = runMs * def.retry.maxAttempts;
   for (let attempt = 1; attempt < def.retry.maxAttempts; attempt++) {
     total += Math.min(def.retry.maxMs, def.retry.baseMs * Math.pow(def.retry.multiplier, attempt - 1));
     if (!Number.isFinite(total)) return Number.POSITIVE_INFINITY;

@@ -14,6 +14,7 @@ import { assertName, quoteSchema } from '../src/identifiers.ts';
 import { isUuid, newId } from '../src/ids.ts';
 import { DEFAULT_MAX_PAYLOAD_BYTES, serializePayload } from '../src/payload.ts';
 import { backoffDelay, DEFAULT_MAX_ATTEMPTS, resolveRetryPolicy, type RetryOptions } from '../src/retry/backoff.ts';
+import { retryHorizonMs } from '../src/retention.ts';
 import { defaultClassifier, JobTimeoutError, UnknownJobTypeError } from '../src/retry/classify.ts';
 import { decideFailure } from '../src/worker/execute.ts';
 import { SerialLane } from '../src/worker/serial-lane.ts';
@@ -386,6 +387,17 @@ describe('payload serialisation', () => {
     throwsValidation(() => serializePayload({ s: 'a\udc00b' }, 1000, 'job t'), /surrogate/);
     assert.equal(serializePayload({ s: '\ud83d\ude00' }, 1000, 'job t'), '{"s":"😀"}');
     assert.equal(serializePayload({ s: '\\ud800' }, 1000, 'job t'), '{"s":"\\\\ud800"}', 'the text \\ud800 is not a surrogate');
+  });
+});
+
+describe('retry horizon', () => {
+  test('the backoff delays, plus each run up to its timeout; with maxAge, the age plus one run', () => {
+    const three = resolveRetryPolicy({ maxAttempts: 3, backoff: { base: '1s', max: '1h' } }, 'unit');
+    assert.equal(retryHorizonMs({ retry: three }), 1000 + 2000);
+    assert.equal(retryHorizonMs({ retry: three, timeoutMs: 60_000 }), 1000 + 2000 + 3 * 60_000, 'three runs of up to a minute');
+    const aged = resolveRetryPolicy({ maxAttempts: 3, maxAge: '1h' }, 'unit');
+    assert.equal(retryHorizonMs({ retry: aged }), 3_600_000);
+    assert.equal(retryHorizonMs({ retry: aged, timeoutMs: 60_000 }), 3_660_000, 'an attempt may start just before the age runs out');
   });
 });
 

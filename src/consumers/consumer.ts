@@ -192,10 +192,10 @@ export class Consumer extends SafeEmitter<ConsumerEvents> {
   /** The longest an event of the group can keep being retried; the inbox must remember it at least that long. */
   private checkInboxRetention(): void {
     const retry = this.resolved.retry;
-    const horizon = retryHorizonMs({ retry });
+    const horizon = retryHorizonMs({ retry, timeoutMs: this.resolved.timeoutMs });
     if (this.resolved.inboxRetentionMs < horizon) {
       throw new ValidationError(
-        `consumer ${this.group}: inboxRetention (${this.resolved.inboxRetentionMs} ms) is shorter than the group's retry horizon (${horizon} ms: ${retry.maxAttempts} attempts, backoff up to ${retry.maxMs} ms${retry.maxAgeMs !== null ? `, maxAge ${retry.maxAgeMs} ms` : ''}); a redelivery could arrive after its inbox key expired and run again. Raise inboxRetention or set a shorter retry.maxAge / maxAttempts`,
+        `consumer ${this.group}: inboxRetention (${this.resolved.inboxRetentionMs} ms) is shorter than the group's retry horizon (${horizon} ms: ${retry.maxAttempts} attempts, backoff up to ${retry.maxMs} ms${retry.maxAgeMs !== null ? `, maxAge ${retry.maxAgeMs} ms` : ''}${this.resolved.timeoutMs !== null ? `, runs of up to ${this.resolved.timeoutMs} ms` : ''}); a redelivery could arrive after its inbox key expired and run again. Raise inboxRetention or set a shorter retry.maxAge / maxAttempts`,
         [{ path: 'inboxRetention', message: 'shorter than the retry horizon' }],
       );
     }
