@@ -22,7 +22,7 @@ export function registerEventMetrics(source: MetricsSource, registry: Registry, 
     new Counter<L>({ name: prefix + name, help, labelNames, registers });
   const jobs = (name: string, help: string) => counter(name, `${help} (this process)`, JOB_LABELS);
 
-  const enqueued = jobs('mailroom_jobs_enqueued_total', 'Jobs inserted by enqueue/enqueueMany (in a transaction: counted when the insert ran)');
+  const enqueued = jobs('mailroom_jobs_enqueued_total', 'Jobs enqueued by enqueue/enqueueMany: one per id returned, an existing job a key matched included (in a transaction: counted when the insert ran)');
   const started = jobs('mailroom_jobs_started_total', 'Handler runs started by workers');
   const completed = jobs('mailroom_jobs_completed_total', 'Jobs completed');
   const failed = counter('mailroom_jobs_failed_total', 'Failed attempts; will_retry="false" went to the dead-letter queue (this process)', [...JOB_LABELS, 'will_retry']);
