@@ -6,7 +6,9 @@
  */
 import { after, describe, it } from 'node:test';
 import assert from 'node:assert/strict';
-import { existsSync } from 'node:fs';
+import { existsSync, mkdtempSync, rmSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { dirname, join } from 'node:path';
 import { createServer } from 'node:http';
 import type { AddressInfo } from 'node:net';
 import { chromium, type Browser } from 'playwright-core';
@@ -200,7 +202,10 @@ for (const db of testDatabases()) {
 
     it('bad options throw a ValidationError naming the option', async () => {
       const { mailroom } = await db.open();
-      assert.throws(() => createDashboard(mailroom, { token: 'short' }), (e: unknown) => e instanceof ValidationError && e.issues[0]?.path === 'token');
+      assert.throws(
+        () => createDashboard(mailroom, { token: 'short' }),
+        (e: unknown) => e instanceof ValidationError && e.issues[0]?.path === 'token' && /^dashboard: token must be a string of at least 16 characters .*; it has 5 characters$/.test(e.message),
+      );
       assert.throws(() => createDashboard(mailroom, { readOnly: 'yes' as never }), (e: unknown) => e instanceof ValidationError && e.issues[0]?.path === 'readOnly');
     });
   });
@@ -232,7 +237,7 @@ describe('mailroom dashboard (the real binary)', { skip: !databaseUrl && 'set TE
     assert.match(stdout, /"event":"stopped","signal":"SIGTERM"/);
   });
 
-  it('refuses a bad port (exit 2), a taken port (exit 1) and a short MAILROOM_DASHBOARD_TOKEN, naming them', async () => {
+  it('refuses a bad port (exit 2) and a taken port (exit 1), naming them', async () => {
     const bad = await runMailroom(['dashboard', '--port', 'eighty', '--database', databaseUrl!]);
     assert.equal(bad.code, 2, bad.stderr);
     assert.match(bad.stderr, /port/);
@@ -245,13 +250,30 @@ describe('mailroom dashboard (the real binary)', { skip: !databaseUrl && 'set TE
     } finally {
       taken.close();
     }
-    process.env.MAILROOM_DASHBOARD_TOKEN = 'short';
+  });
+});
+
+describe('mailroom dashboard: MAILROOM_DASHBOARD_TOKEN (the real binary)', () => {
+  it('a short or spaced token is bad usage (exit 2) naming the variable once prefixed, never the token, before any database is opened', async () => {
+    const dir = join(mkdtempSync(join(tmpdir(), 'mailroom-dash-')), 'data');
     try {
-      const short = await runMailroom(['dashboard', '--port', '0', '--database', databaseUrl!]);
-      assert.notEqual(short.code, 0);
-      assert.match(short.stderr, /token must be a string of at least 16 characters/);
+      process.env.MAILROOM_DASHBOARD_TOKEN = 'short';
+      const short = await runMailroom(['dashboard', '--port', '0', '--data-dir', dir]);
+      assert.equal(short.code, 2, short.stderr);
+      assert.match(short.stderr, /^mailroom dashboard: MAILROOM_DASHBOARD_TOKEN must be a string of at least 16 characters without spaces; it has 5 characters\n/);
+      assert.match(short.stderr, /hint: .*openssl rand -hex 24/);
+      assert.doesNotMatch(short.stderr, /short|dashboard: dashboard:/);
+      assert.equal(existsSync(dir), false, 'no database was opened');
+
+      process.env.MAILROOM_DASHBOARD_TOKEN = 'a long enough token with spaces';
+      const spaced = await runMailroom(['dashboard', '--port', '0', '--data-dir', dir, '--json']);
+      assert.equal(spaced.code, 2, spaced.stderr);
+      const { error } = JSON.parse(spaced.stdout) as { error: { kind: string; message: string } };
+      assert.equal(error.kind, 'usage');
+      assert.equal(error.message, 'mailroom dashboard: MAILROOM_DASHBOARD_TOKEN must be a string of at least 16 characters without spaces; it contains whitespace');
     } finally {
       delete process.env.MAILROOM_DASHBOARD_TOKEN;
+      rmSync(dirname(dir), { recursive: true, force: true });
     }
   });
 });

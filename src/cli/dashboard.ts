@@ -3,7 +3,8 @@
  * lag, job histories, the dead-letter queue) until SIGINT or SIGTERM.
  */
 import { createDashboard } from '../dashboard/server.ts';
-import { integerOption, stringOption, type CommandSpec, type Io } from './args.ts';
+import { DASHBOARD_TOKEN_RULE, dashboardTokenProblem } from '../dashboard/options.ts';
+import { integerOption, stringOption, UsageError, type CommandSpec, type Io } from './args.ts';
 import { DATABASE_OPTIONS, withMailroom } from './open-mailroom.ts';
 
 const DEFAULT_PORT = 4000;
@@ -19,6 +20,16 @@ function stopRequested(): Promise<NodeJS.Signals> {
     process.on('SIGINT', on);
     process.on('SIGTERM', on);
   });
+}
+
+/** $MAILROOM_DASHBOARD_TOKEN (unset or empty: undefined); a bad one is a usage mistake naming the variable, before the database is opened. */
+function tokenFromEnvironment(): string | undefined {
+  const token = process.env.MAILROOM_DASHBOARD_TOKEN || undefined;
+  const problem = token === undefined ? undefined : dashboardTokenProblem(token);
+  if (problem !== undefined) {
+    throw new UsageError(`MAILROOM_DASHBOARD_TOKEN ${DASHBOARD_TOKEN_RULE}; ${problem}`, 'export MAILROOM_DASHBOARD_TOKEN=$(openssl rand -hex 24), or unset it for a generated token');
+  }
+  return token;
 }
 
 /** The `dashboard` command. */
@@ -42,7 +53,7 @@ export const dashboardCommand: CommandSpec = {
   async run(values, io: Io) {
     const port = values.port === undefined ? DEFAULT_PORT : integerOption(values.port, 'port', DEFAULT_PORT, 0, 65_535);
     const host = stringOption(values.host) ?? '127.0.0.1';
-    const token = process.env.MAILROOM_DASHBOARD_TOKEN || undefined;
+    const token = tokenFromEnvironment();
     await withMailroom(values, async (mailroom, at) => {
       const dashboard = createDashboard(mailroom, { token, readOnly: values['read-only'] === true });
       const { url, close } = await dashboard.listen(port, host);

@@ -22,13 +22,23 @@ export interface ResolvedDashboardOptions {
 
 const MIN_TOKEN = 16;
 
+/** What every dashboard token must be, for messages: `token ${DASHBOARD_TOKEN_RULE}`. */
+export const DASHBOARD_TOKEN_RULE = `must be a string of at least ${MIN_TOKEN} characters without spaces`;
+
+/** Why `token` is refused (`has 5 characters`), or undefined when it is a good token. Never repeats the token. */
+export function dashboardTokenProblem(token: unknown): string | undefined {
+  if (typeof token !== 'string') return `got ${token === null ? 'null' : typeof token}`;
+  if (token.length < MIN_TOKEN) return `it has ${token.length} character${token.length === 1 ? '' : 's'}`;
+  if (/\s/.test(token)) return 'it contains whitespace';
+  return undefined;
+}
+
 export function resolveDashboardOptions(options: DashboardOptions): ResolvedDashboardOptions {
   const invalid = (path: string, message: string) => new ValidationError(`dashboard: ${message}`, [{ path, message }]);
   if (typeof options !== 'object' || options === null) throw invalid('options', 'options must be an object');
   if (options.readOnly !== undefined && typeof options.readOnly !== 'boolean') throw invalid('readOnly', `readOnly must be true or false, got ${JSON.stringify(options.readOnly)}`);
-  if (options.token !== undefined && (typeof options.token !== 'string' || options.token.length < MIN_TOKEN || /\s/.test(options.token))) {
-    throw invalid('token', `token must be a string of at least ${MIN_TOKEN} characters without spaces (e.g. from openssl rand -hex 24)`);
-  }
+  const tokenProblem = options.token === undefined ? undefined : dashboardTokenProblem(options.token);
+  if (tokenProblem !== undefined) throw invalid('token', `token ${DASHBOARD_TOKEN_RULE} (e.g. from openssl rand -hex 24); ${tokenProblem}`);
   return {
     token: options.token ?? randomBytes(24).toString('hex'),
     readOnly: options.readOnly === true,
