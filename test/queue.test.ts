@@ -693,15 +693,23 @@ for (const db of testDatabases()) {
     });
 
     it('NOTIFY wakes an idle worker: a job runs without waiting for the poll', async () => {
-      const { mailroom } = await db.open();
+      const { mailroom, schema, sql } = await db.open();
       const job = defineJob('queue.wake', { queue: 'wake' });
       const worker = mailroom.worker({ queues: ['wake'], pollInterval: '1h', handlers: { [job.name]: () => {} } });
       await worker.start();
-      await new Promise((r) => setTimeout(r, 50)); // let the first (empty) claim finish: the worker is now asleep for an hour
-      const done = waitForEvents(worker, 'completed', 2, 10_000);
+      // Asleep for an hour: it recorded itself as sleeping (so the trigger notifies it) after an empty claim.
+      const asleep = async () => {
+        await eventually(async () => (await sql<{ n: number }>(`SELECT count(*)::int AS n FROM "${schema}".wake_listeners`))[0]!.n > 0, 10_000, 'the worker asleep');
+        await new Promise((r) => setTimeout(r, 50)); // the claim after registering, which found nothing, has ended
+      };
+      await asleep();
+      const first = waitForEvents(worker, 'completed', 1, 10_000);
       await mailroom.enqueue(job, {});
+      await first;
+      await asleep();
+      const second = waitForEvents(worker, 'completed', 1, 10_000);
       await mailroom.transaction((tx) => mailroom.enqueue(job, {}, { tx }));
-      await done;
+      await second;
       await worker.stop();
     });
 
