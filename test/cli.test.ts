@@ -271,6 +271,17 @@ describe('mailroom command line', () => {
         assert.match(run.stdout, new RegExp(`^warning rabbitmq-no-delivery-limit: rabbitmq \\S+ queue ${queue} \\(relay target rabbitmq:shop\\)$`, 'm'));
         assert.match(run.stdout, /^1 warning\(s\), 0 check\(s\) that could not run\.$/m);
 
+        // Flags: --queue is a queue a mailroom consumer reads (it needs no delivery limit), --check-queue one other services read.
+        const ours = await mailroom(['doctor', '--rabbitmq', rabbitUrl!, '--exchange', 'amq.topic', '--queue', queue, '--json']);
+        assert.equal(ours.code, 0, ours.stdout + ours.stderr);
+        assert.deepEqual(parseJson<DoctorReport>(ours, 'doctor --json').checked, ['rabbitmq exchange amq.topic', `rabbitmq queue ${queue}`]);
+        const theirs = await mailroom(['doctor', '--rabbitmq', rabbitUrl!, '--exchange', 'amq.topic', '--check-queue', queue, '--json']);
+        assert.equal(theirs.code, 1, theirs.stdout + theirs.stderr);
+        assert.deepEqual(parseJson<DoctorReport>(theirs, 'doctor --json').warnings.map((w) => w.code), ['rabbitmq-no-delivery-limit']);
+        const alone = await mailroom(['doctor', '--rabbitmq', rabbitUrl!, '--queue', queue, '--check-queue', queue]);
+        assert.equal(alone.code, 2);
+        assert.match(alone.stderr, /--check-queue goes with --exchange/);
+
         // Broker flags and a config: both are checked, each finding names where it came from.
         const both = await mailroom(['doctor', '--config', file, '--redis', redisUrl!, '--redis-stream', 'doctor-test', '--json']);
         assert.equal(both.code, 1, both.stdout + both.stderr);

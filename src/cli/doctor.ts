@@ -13,7 +13,7 @@ import { loadCommandConfig } from './command-config.ts';
 import { configChecks, type Check } from './doctor-config.ts';
 
 /** Each broker flag, and the flags that only mean something beside it. */
-const BROKER_FLAGS = { rabbitmq: ['exchange', 'queue'], nats: ['stream', 'durable'], redis: ['redis-stream'] } as const;
+const BROKER_FLAGS = { rabbitmq: ['exchange', 'queue', 'check-queue'], nats: ['stream', 'durable'], redis: ['redis-stream'] } as const;
 
 /** Loads an adapter's module; a missing client is a clear error naming what to install. */
 async function adapter<T>(load: () => Promise<T>, install: string): Promise<T> {
@@ -38,9 +38,15 @@ async function checksFor(values: Record<string, string | boolean | undefined>, r
     const { rabbitmq, rabbitmqSource } = await adapter(() => import('../brokers/rabbitmq/index.ts'), 'amqplib');
     const exchange = stringOption(values.exchange);
     const queue = stringOption(values.queue);
-    if (exchange === undefined && queue === undefined) throw new UsageError('mailroom doctor: --rabbitmq needs --exchange (the relay target) or --queue (a consumer source), or both');
+    const otherQueue = stringOption(values['check-queue']);
+    if (exchange === undefined && queue === undefined) {
+      throw new UsageError('mailroom doctor: --rabbitmq needs --exchange (the relay target) or --queue (a queue a mailroom consumer reads), or both');
+    }
+    if (otherQueue !== undefined && exchange === undefined) {
+      throw new UsageError('mailroom doctor: --check-queue goes with --exchange', 'e.g. mailroom doctor --rabbitmq URL --exchange shop --check-queue invoices');
+    }
     if (exchange !== undefined) {
-      const target = rabbitmq({ url: rabbitUrl, exchange, declare: false, checkQueues: queue === undefined ? [] : [queue] });
+      const target = rabbitmq({ url: rabbitUrl, exchange, declare: false, checkQueues: otherQueue === undefined ? [] : [otherQueue] });
       checks.push({ subject: `rabbitmq exchange ${exchange}`, fromConfig: false, run: () => target.check({ republishHorizonMs }), close: () => target.close() });
     }
     if (queue !== undefined) {
@@ -88,12 +94,13 @@ export const doctorCommand: CommandSpec = {
   name: 'doctor',
   summary: 'check brokers for settings that break the guarantees (changes nothing)',
   usage:
-    'mailroom doctor [--config PATH] [--rabbitmq URL [--exchange NAME] [--queue NAME]] [--nats URL --stream NAME [--durable NAME]] [--redis URL --redis-stream NAME] [--lease 30s] [--json]',
+    'mailroom doctor [--config PATH] [--rabbitmq URL [--exchange NAME [--check-queue NAME]] [--queue NAME]] [--nats URL --stream NAME [--durable NAME]] [--redis URL --redis-stream NAME] [--lease 30s] [--json]',
   options: {
     config: { type: 'string', value: 'PATH', description: "a config file whose relay targets and consumers' sources to check (default without broker flags: mailroom.config.* here)" },
     rabbitmq: { type: 'string', value: 'URL', description: 'a RabbitMQ server (amqp://…)' },
     exchange: { type: 'string', value: 'NAME', description: "the relay target's exchange" },
-    queue: { type: 'string', value: 'NAME', description: 'a queue a consumer reads, or that other services read from the exchange' },
+    queue: { type: 'string', value: 'NAME', description: "a queue a mailroom consumer reads (mailroom is its retry path: it needs no delivery limit)" },
+    'check-queue': { type: 'string', value: 'NAME', description: 'a queue other services read from the exchange: warned about without a delivery limit or a dead-letter exchange' },
     nats: { type: 'string', value: 'URL', description: 'a NATS server (nats://…)' },
     stream: { type: 'string', value: 'NAME', description: 'the JetStream stream' },
     durable: { type: 'string', value: 'NAME', description: "a consumer group's durable consumer" },
