@@ -98,19 +98,20 @@ async function startComponents(mailroom: Mailroom, config: MailroomConfig, say: 
       { id: worker.id, queues, concurrency: options.concurrency ?? 10, types, maintenance: options.maintenance !== false },
     );
   }
-  for (const options of config.consumers ?? []) {
-    const consumer = mailroom.consumer(options);
-    await consumer.start();
-    const types = Object.keys(options.handlers).sort();
-    const from = options.source ? `${options.source.kind} ${options.source.name}` : 'the outbox (internal)';
-    say('consumer', `consumer group ${consumer.group}: ${types.join(', ')} from ${from}`, { group: consumer.group, types, source: options.source ? { kind: options.source.kind, name: options.source.name } : null });
-  }
+  // The relay before the consumers: its targets declare what the consumers' sources read (a NATS stream, say).
   if (config.relay !== undefined && config.relay !== false) {
     const relay = mailroom.relay(config.relay);
     await relay.start();
     say('relay', `relay ${relay.id}: targets ${relay.targets.join(', ')}`, { id: relay.id, targets: relay.targets });
   } else if ((config.consumers ?? []).some((c) => c.source === undefined)) {
     say('note', 'note: no relay in this process (the config has no `relay`); internal consumer groups get events only while a relay runs somewhere', {});
+  }
+  for (const options of config.consumers ?? []) {
+    const consumer = mailroom.consumer(options);
+    await consumer.start();
+    const types = Object.keys(options.handlers).sort();
+    const from = options.source ? `${options.source.kind} ${options.source.name}` : 'the outbox (internal)';
+    say('consumer', `consumer group ${consumer.group}: ${types.join(', ')} from ${from}`, { group: consumer.group, types, source: options.source ? { kind: options.source.kind, name: options.source.name } : null });
   }
   if (!config.workers?.length && !config.consumers?.length && (config.relay === undefined || config.relay === false)) {
     say('note', 'note: the config has no workers, consumers or relay; only the endpoint runs', {});
