@@ -485,6 +485,26 @@ for (const db of testDatabases()) {
       assert.equal(parked.length, 1);
     });
 
+    it('parked events are deleted after parkedRetention (default 30 days), with their envelopes; younger ones stay', async () => {
+      const t = await db.open();
+      const insert = (position: number, age: string) =>
+        t.sql(
+          `INSERT INTO "${t.schema}".relay_parked (target, position, xid, event_id, type, reason, body, holder, parked_at)
+           VALUES ('old-target', $1, '1', $2, 'parked.happened', 'too large', '{"data":{"email":"a@example.com"}}', 'test', now() - $3::interval)`,
+          [position, `e${position}`, age],
+        );
+      await insert(1, '31 days');
+      await insert(2, '2 hours');
+      await insert(3, '10 minutes');
+      const byDefault = t.mailroom.relay();
+      assert.deepEqual(await byDefault.prune(), { events: 0, parked: 1 }, 'the default keeps 30 days');
+      const short = t.mailroom.relay({ parkedRetention: '1h' });
+      assert.deepEqual(await short.prune(), { events: 0, parked: 1 });
+      const left = await t.sql<{ event_id: string }>(`SELECT event_id FROM "${t.schema}".relay_parked`);
+      assert.deepEqual(left.map((r) => r.event_id), ['e3']);
+      assert.throws(() => t.mailroom.relay({ parkedRetention: 'forever' as never }), /relay parkedRetention: "forever" is not a duration/);
+    });
+
     it('onRefused must be park or hold', async () => {
       const { mailroom } = await db.open();
       for (const bad of ['skip', '', 1, 'PARK']) {

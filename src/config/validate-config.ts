@@ -6,7 +6,7 @@
  * moment the component would start.
  */
 import { closest, redactUrl } from '../cli/args.ts';
-import { resolveConsumerOptions, type ConsumerOptions } from '../consumers/options.ts';
+import { CONSUMER_OPTION_NAMES, resolveConsumerOptions, type ConsumerOptions } from '../consumers/options.ts';
 import { toMilliseconds } from '../duration.ts';
 import { MailroomError, ValidationError } from '../errors.ts';
 import { assertSource } from '../events/envelope.ts';
@@ -16,10 +16,10 @@ import { checkMetricsOptions, type MetricsOptions } from '../observe/metrics.ts'
 import { resolveDashboardOptions, type DashboardOptions } from '../dashboard/options.ts';
 import { checkRedactPaths } from '../observe/redact.ts';
 import { INTERNAL_TARGET } from '../relay/internal-target.ts';
-import { resolveRelayOptions, type RelayOptions } from '../relay/options.ts';
+import { RELAY_OPTION_NAMES, resolveRelayOptions, type RelayOptions } from '../relay/options.ts';
 import type { RelayTarget } from '../relay/target.ts';
 import { resolveRetention, type RetentionOptions } from '../retention.ts';
-import { resolveWorkerOptions, type WorkerOptions } from '../worker/options.ts';
+import { resolveWorkerOptions, WORKER_OPTION_NAMES, type WorkerOptions } from '../worker/options.ts';
 import { ConfigProblem } from './config-error.ts';
 import type { DashboardConfig, MailroomConfig, MetricsConfig } from './define-config.ts';
 import { childPath } from './key-path.ts';
@@ -50,37 +50,9 @@ const TOP_KEYS = {
   shutdownTimeout: true,
 } satisfies Keys<MailroomConfig>;
 const JSON_KEYS = ['database', 'schema', 'maxPayloadBytes', 'poolSize', 'rescueInterval', 'retention', 'source', 'queues', 'redact', 'migrate', 'relay', 'metrics', 'dashboard', 'shutdownTimeout'];
-const WORKER_KEYS = {
-  queues: true,
-  handlers: true,
-  concurrency: true,
-  lease: true,
-  pollInterval: true,
-  prefetch: true,
-  maintenance: true,
-  id: true,
-  rateLimit: true,
-  globalConcurrency: true,
-} satisfies Keys<WorkerOptions>;
-const CONSUMER_KEYS = {
-  group: true,
-  handlers: true,
-  source: true,
-  maxMessageBytes: true,
-  from: true,
-  retry: true,
-  timeout: true,
-  classify: true,
-  inboxRetention: true,
-  concurrency: true,
-  lease: true,
-  pollInterval: true,
-  prefetch: true,
-  rateLimit: true,
-  globalConcurrency: true,
-  maintenance: true,
-} satisfies Keys<ConsumerOptions>;
-const RELAY_KEYS = { to: true, internal: true, batchSize: true, pollInterval: true, lease: true, retention: true, id: true, onRefused: true } satisfies Keys<RelayOptions>;
+const WORKER_KEYS = WORKER_OPTION_NAMES;
+const CONSUMER_KEYS = CONSUMER_OPTION_NAMES;
+const RELAY_KEYS = RELAY_OPTION_NAMES;
 const METRICS_KEYS = { port: true, host: true, path: true, prefix: true, drainTargetSeconds: true, workerConcurrency: true } satisfies Keys<MetricsConfig>;
 const QUEUE_KEYS = { owner: true } satisfies Keys<QueueSettings>;
 const RETENTION_KEYS = { completed: true, dead: true, dedupKeys: true, batchSize: true, interval: true } satisfies Keys<RetentionOptions>;

@@ -87,7 +87,8 @@ export function assertGroupName(group: unknown, caller: string): asserts group i
   }
 }
 
-const CONSUMER_OPTION_NAMES: OptionNames<ConsumerOptions> = {
+/** Every option name of `consumer()` (the config file's consumers are checked against it too). */
+export const CONSUMER_OPTION_NAMES: OptionNames<ConsumerOptions> = {
   group: true, handlers: true, source: true, maxMessageBytes: true, from: true, retry: true, timeout: true, classify: true,
   inboxRetention: true, concurrency: true, lease: true, pollInterval: true, prefetch: true, rateLimit: true,
   globalConcurrency: true, maintenance: true,

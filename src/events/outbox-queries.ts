@@ -8,6 +8,7 @@ export interface OutboxQueries {
   currentXid: NamedQuery;
   prune: NamedQuery;
   pruneKeys: NamedQuery;
+  pruneParked: NamedQuery;
 }
 
 // $1 ids, $2 type, $3 version, $4 source, $5 time, $6 correlation id, $7 causation id, $8 traceparent,
@@ -39,6 +40,12 @@ export function outboxQueries(quotedSchema: string): OutboxQueries {
             AND NOT EXISTS (SELECT 1 FROM ${s}.relay_cursors AS c WHERE (o.xid, o.position) > (c.cursor_xid, c.cursor_position))
           ORDER BY o.created_at
           LIMIT $2))`,
+    ),
+    // $1 retention ms, $2 batch. Parked events (refused for good by a target) kept past their retention.
+    pruneParked: q(
+      'outbox_prune_parked',
+      `DELETE FROM ${s}.relay_parked WHERE ctid = ANY (ARRAY(
+         SELECT ctid FROM ${s}.relay_parked WHERE parked_at < now() - $1::bigint * interval '1 millisecond' LIMIT $2))`,
     ),
     // $1 batch. Key rows untouched for an hour. A publisher holding one makes the delete wait and
     // then find it touched (ON CONFLICT re-checks), or re-creates it: order is kept either way.

@@ -21,6 +21,11 @@ export interface RelayOptions {
   lease?: Duration;
   /** How long delivered events stay in the outbox (for new groups with `from: 'earliest'` and for replays). Default `'7d'`. */
   retention?: Duration;
+  /**
+   * How long an event parked in `relay_parked` (refused for good by a target) is kept for an operator to
+   * republish or discard, before it is deleted with its envelope (personal data must not stay forever). Default `'30d'`.
+   */
+  parkedRetention?: Duration;
   /** Identifies this relay as the holder of a lease. Default host:pid:random. */
   id?: string;
   /**
@@ -40,6 +45,7 @@ export interface ResolvedRelayOptions {
   pollMs: number;
   leaseMs: number;
   retentionMs: number;
+  parkedRetentionMs: number;
   id: string;
   onRefused: 'park' | 'hold';
 }
@@ -48,8 +54,9 @@ function invalid(path: string, message: string): ValidationError {
   return new ValidationError(message, [{ path, message }]);
 }
 
-const RELAY_OPTION_NAMES: OptionNames<RelayOptions> = {
-  to: true, internal: true, batchSize: true, pollInterval: true, lease: true, retention: true, id: true, onRefused: true,
+/** Every option name of `relay()` (the config file's relay is checked against it too). */
+export const RELAY_OPTION_NAMES: OptionNames<RelayOptions> = {
+  to: true, internal: true, batchSize: true, pollInterval: true, lease: true, retention: true, parkedRetention: true, id: true, onRefused: true,
 };
 
 /** Validates relay options (a ValidationError naming the option) and fills in defaults. */
@@ -86,6 +93,7 @@ export function resolveRelayOptions(options: RelayOptions, internal: RelayTarget
     pollMs: toMilliseconds(options.pollInterval ?? '1s', 'relay pollInterval'),
     leaseMs,
     retentionMs: toMilliseconds(options.retention ?? '7d', 'relay retention'),
+    parkedRetentionMs: toMilliseconds(options.parkedRetention ?? '30d', 'relay parkedRetention'),
     id,
     onRefused,
   };

@@ -26,7 +26,7 @@ export interface RelayEvents {
   'lease-acquired': [info: { target: string; token: string }];
   /** Another relay took the target over (this one had stopped renewing in time). */
   'lease-lost': [info: { target: string }];
-  pruned: [info: { events: number }];
+  pruned: [info: { events: number; parked: number }];
   /** A target refused an event for good and it was parked (`onRefused: 'park'`): the events after it go on. */
   parked: [info: ParkedEvent];
   /** A target's broker setting breaks a guarantee (found at start; printed with console.warn when nobody listens). */
@@ -285,17 +285,18 @@ export class Relay extends SafeEmitter<RelayEvents> {
 
   /**
    * Deletes delivered events older than `retention`, in bounded batches: only
-   * events every target's cursor has passed. Runs on its own while the relay
-   * holds a lease.
+   * events every target's cursor has passed; and events parked longer than
+   * `parkedRetention`. Runs on its own while the relay holds a lease.
    *
    * @example
-   * const { events } = await relay.prune();
+   * const { events, parked } = await relay.prune();
    */
-  async prune(): Promise<{ events: number }> {
+  async prune(): Promise<{ events: number; parked: number }> {
     const events = await inBatches(PRUNE_BATCH, MAX_PRUNE_BATCHES, () => this.driver.run(this.outbox.prune, [this.options.retentionMs, PRUNE_BATCH]));
     await this.driver.run(this.outbox.pruneKeys, [PRUNE_BATCH]);
-    if (events > 0) this.emit('pruned', { events });
-    return { events };
+    const parked = await inBatches(PRUNE_BATCH, MAX_PRUNE_BATCHES, () => this.driver.run(this.outbox.pruneParked, [this.options.parkedRetentionMs, PRUNE_BATCH]));
+    if (events > 0 || parked > 0) this.emit('pruned', { events, parked });
+    return { events, parked };
   }
 
   private async loop(s: TargetState): Promise<void> {

@@ -58,7 +58,8 @@ function invalid(path: string, message: string): ValidationError {
   return new ValidationError(message, [{ path, message }]);
 }
 
-const WORKER_OPTION_NAMES: OptionNames<WorkerOptions> = {
+/** Every option name of `worker()` (the config file's workers are checked against it too). */
+export const WORKER_OPTION_NAMES: OptionNames<WorkerOptions> = {
   queues: true, handlers: true, concurrency: true, lease: true, pollInterval: true, prefetch: true,
   maintenance: true, id: true, rateLimit: true, globalConcurrency: true,
 };
