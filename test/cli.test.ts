@@ -198,7 +198,7 @@ describe('mailroom command line', () => {
     test('usage: no broker and no config, or a broker without what to check, exits 2 and says what is missing', async () => {
       const none = await mailroom(['doctor'], { cwd: dir });
       assert.equal(none.code, 2);
-      assert.match(none.stderr, /name at least one broker to check, or a config file with --config/);
+      assert.match(none.stderr, /name at least one broker or a database to check, or a config file with --config/);
       const lease = await mailroom(['doctor', '--lease', '2m'], { cwd: dir });
       assert.equal(lease.code, 2);
       assert.match(lease.stderr, /--lease goes with --rabbitmq, --nats or --redis/);

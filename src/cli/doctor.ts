@@ -11,6 +11,8 @@ import { republishHorizonMs as republishHorizonOf } from '../relay/relay.ts';
 import { stringOption, UsageError, type CommandSpec } from './args.ts';
 import { loadCommandConfig } from './command-config.ts';
 import { configChecks, type Check } from './doctor-config.ts';
+import { databaseCheck } from './doctor-database.ts';
+import { DATABASE_OPTIONS } from './open-mailroom.ts';
 
 /** Each broker flag, and the flags that only mean something beside it. */
 const BROKER_FLAGS = { rabbitmq: ['exchange', 'queue', 'check-queue'], nats: ['stream', 'durable'], redis: ['redis-stream'] } as const;
@@ -94,9 +96,12 @@ export const doctorCommand: CommandSpec = {
   name: 'doctor',
   summary: 'check brokers for settings that break the guarantees (changes nothing)',
   usage:
-    'mailroom doctor [--config PATH] [--rabbitmq URL [--exchange NAME [--check-queue NAME]] [--queue NAME]] [--nats URL --stream NAME [--durable NAME]] [--redis URL --redis-stream NAME] [--lease 30s] [--json]',
+    'mailroom doctor [--config PATH] [--database URL | --data-dir DIR] [--schema NAME] [--rabbitmq URL [--exchange NAME [--check-queue NAME]] [--queue NAME]] [--nats URL --stream NAME [--durable NAME]] [--redis URL --redis-stream NAME] [--lease 30s] [--json]',
   options: {
     config: { type: 'string', value: 'PATH', description: "a config file whose relay targets and consumers' sources to check (default without broker flags: mailroom.config.* here)" },
+    database: DATABASE_OPTIONS.database!,
+    'data-dir': DATABASE_OPTIONS['data-dir']!,
+    schema: DATABASE_OPTIONS.schema!,
     rabbitmq: { type: 'string', value: 'URL', description: 'a RabbitMQ server (amqp://…)' },
     exchange: { type: 'string', value: 'NAME', description: "the relay target's exchange" },
     queue: { type: 'string', value: 'NAME', description: "a queue a mailroom consumer reads (mailroom is its retry path: it needs no delivery limit)" },
@@ -116,6 +121,8 @@ export const doctorCommand: CommandSpec = {
     "target of the config's relay (with the horizon of relay.lease) and every consumer's broker\n" +
     'source (with its group and timeout), as `mailroom start` would at start; each finding names its\n' +
     'entry. A config without brokers is reported as nothing to check (exit 0).\n' +
+    "With --database, --data-dir or --schema, a config's database, or DATABASE_URL, it checks mailroom's\n" +
+    'schema there too: every migration applied, every index of sql/schema.sql present and valid.\n' +
     'Declares nothing. Exit 0 when nothing was found, 1 when something was (or could not be checked),\n' +
     '2 for a usage mistake or a config that does not load.',
   async run(values, io) {
@@ -124,9 +131,11 @@ export const doctorCommand: CommandSpec = {
     const checks = await checksFor(values, republishHorizonOf(leaseMs));
     // With broker flags, a config is read only when --config names it.
     const loaded = !flagged || values.config !== undefined ? await loadCommandConfig(values, false) : undefined;
+    const database = databaseCheck(values, loaded?.config);
+    if (database) checks.push(database);
     if (loaded === undefined && checks.length === 0) {
       throw new UsageError(
-        'mailroom doctor: name at least one broker to check, or a config file with --config (none of mailroom.config.* is here)',
+        'mailroom doctor: name at least one broker or a database to check, or a config file with --config (none of mailroom.config.* is here)',
         'e.g. mailroom doctor --config mailroom.config.ts, or mailroom doctor --redis redis://127.0.0.1:6379 --redis-stream orders',
       );
     }
@@ -144,7 +153,7 @@ export const doctorCommand: CommandSpec = {
     }
     const checked = checks.filter((c) => c.run !== null).map((c) => c.subject);
     const unchecked = checks.filter((c) => c.run === null).map((c) => c.subject);
-    const note = loaded && !checks.some((c) => c.fromConfig && c.run !== null) ? nothingToCheck(loaded.display, unchecked) : undefined;
+    const note = loaded && database === undefined && !checks.some((c) => c.fromConfig && c.run !== null) ? nothingToCheck(loaded.display, unchecked) : undefined;
     const ok = found.length === 0 && failures.length === 0;
     if (values.json) {
       const warnings = found.map(({ warning, check }) => ({ ...warning, check: check.subject }));
