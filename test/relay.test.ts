@@ -174,7 +174,7 @@ for (const db of testDatabases()) {
       await relay.stop();
       // Retention deletes n=1 (older) and keeps n=2; then a new target starts from the beginning.
       await t.sql(`UPDATE "${t.schema}".outbox SET created_at = now() - interval '2 days' WHERE (data->>'n')::int = 1`);
-      assert.deepEqual(await t.mailroom.relay({ internal: false, to: [first], retention: 24 * 3600_000 }).prune(), { events: 1 });
+      assert.deepEqual(await t.mailroom.relay({ internal: false, to: [first], retention: 24 * 3600_000 }).prune(), { events: 1, parked: 0 });
       const late = capture('late');
       const lateRelay = t.mailroom.relay({ internal: false, to: [late] });
       const flushed = await Promise.race([lateRelay.flush(), new Promise<'stuck'>((r) => setTimeout(() => r('stuck'), 5000).unref())]);
@@ -382,9 +382,9 @@ for (const db of testDatabases()) {
       const late = mailroom.relay({ internal: false, to: [capture('late')] });
       await mailroom.publish(happened, { n: 2 });
       await flushUntil(mailroom.relay({ retention: 0 }), 1);
-      assert.deepEqual(await mailroom.relay({ retention: 0 }).prune(), { events: 0 });
+      assert.deepEqual(await mailroom.relay({ retention: 0 }).prune(), { events: 0, parked: 0 });
       await flushUntil(late, 2, 'late');
-      assert.deepEqual(await mailroom.relay({ retention: 0 }).prune(), { events: 2 });
+      assert.deepEqual(await mailroom.relay({ retention: 0 }).prune(), { events: 2, parked: 0 });
       assert.deepEqual(await t.sql(`SELECT position FROM "${t.schema}".outbox`), []);
       await late.stop();
     });

@@ -198,7 +198,7 @@ export class Snooze extends OnToken {
   async run(m: JobModel, r: RealSystem): Promise<void> {
     const token = this.token(m);
     const owner = m.owner(token);
-    const { rowCount } = await r.driver.run(r.queries.reschedule, [token.id, token.claim, this.later ? LATER_MS : 0]);
+    const { rowCount } = await r.driver.run(r.queries.reschedule, [token.id, token.claim, this.later ? LATER_MS : 0, null, 'snoozed']);
     assert.equal(rowCount, owner ? 1 : 0, owner ? 'the owner could not snooze its job' : 'a stale claim snoozed the job');
     if (owner) m.rescheduled(owner, this.later);
     await compare(m, r, [token.id]);
