@@ -336,7 +336,7 @@ test('start from an .mjs config with a consumer group and a relay: every event p
   assert.deepEqual(rows.map((r) => [r.event_id, r.n]), ids.map((id, i) => [id, i + 1]), `each event once\n${child.output}`);
 });
 
-test('start serves the dashboard of its config (token from MAILROOM_DASHBOARD_TOKEN, read-only); a short token in the config exits 2 naming dashboard.token', async (t) => {
+test('start serves the dashboard of its config (token from MAILROOM_DASHBOARD_TOKEN, read-only); a short token in the config exits 2 naming dashboard.token, one in the environment naming the variable', async (t) => {
   const db = await makeDb(t);
   const cwd = tempDir();
   const config = JSON.parse(readFileSync(join(FIXTURES, 'basic.config.json'), 'utf8')) as Record<string, unknown>;
@@ -372,6 +372,12 @@ test('start serves the dashboard of its config (token from MAILROOM_DASHBOARD_TO
   const bad = await run(['start', ...db.args, '--no-metrics'], { cwd });
   assert.equal(bad.code, 2, bad.stderr);
   assert.match(bad.stderr, /dashboard\.token: .*at least 16 characters/);
+  // A short token from the environment: a usage error naming the variable, before anything starts.
+  writeFileSync(join(cwd, 'mailroom.config.json'), JSON.stringify({ ...config, schema: db.schema, dashboard: { port } }, null, 2));
+  const badEnv = await run(['start', ...db.args, '--no-metrics'], { cwd, env: { MAILROOM_DASHBOARD_TOKEN: 'short' } });
+  assert.equal(badEnv.code, 2, badEnv.stderr);
+  assert.match(badEnv.stderr, /^mailroom start: MAILROOM_DASHBOARD_TOKEN must be a string of at least 16 characters without spaces; it has 5 characters$/m);
+  assert.doesNotMatch(badEnv.stdout, /"event":"running"|running/);
 });
 
 test('config mistakes exit 2 and name the file, the line and the fix', async () => {

@@ -23,7 +23,7 @@ function stopRequested(): Promise<NodeJS.Signals> {
 }
 
 /** $MAILROOM_DASHBOARD_TOKEN (unset or empty: undefined); a bad one is a usage mistake naming the variable, before the database is opened. */
-function tokenFromEnvironment(): string | undefined {
+export function tokenFromEnvironment(): string | undefined {
   const token = process.env.MAILROOM_DASHBOARD_TOKEN || undefined;
   const problem = token === undefined ? undefined : dashboardTokenProblem(token);
   if (problem !== undefined) {

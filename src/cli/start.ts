@@ -16,6 +16,7 @@ import { integerOption, stringOption, UsageError, type CommandSpec, type Io } fr
 import { describeTarget, openDatabase, resolveTarget, type DatabaseTarget } from './database.ts';
 import { startMetricsServer, type MetricsServer } from './metrics-server.ts';
 import { createDashboard } from '../dashboard/server.ts';
+import { tokenFromEnvironment } from './dashboard.ts';
 import { startQueries } from './start-queries.ts';
 import { chooseDatabase, isTarget, loadCommandConfig } from './command-config.ts';
 
@@ -135,6 +136,8 @@ async function runStart(values: Record<string, string | boolean | undefined>, io
     const { port: _port, host: _host, path: _path, ...metricsOptions } = metrics === false ? {} : (metrics ?? {});
     const timeout = shutdownTimeout ?? DEFAULT_SHUTDOWN_TIMEOUT;
     say('config', `config: ${loaded.display}`, { file: loaded.path });
+    // A dashboard token from the environment (the config's own wins) is checked before anything starts.
+    const envToken = dashboardConfig && dashboardConfig.token === undefined ? tokenFromEnvironment() : undefined;
 
     // The endpoint first: a port in use fails before anything has started.
     if (!noMetrics && metrics !== false) {
@@ -168,7 +171,7 @@ async function runStart(values: Record<string, string | boolean | undefined>, io
     if (dashboardConfig) {
       // Before the components: a port in use fails before anything has started.
       const { port, host, ...dashboardOptions } = dashboardConfig;
-      const made = createDashboard(mailroom, { token: process.env.MAILROOM_DASHBOARD_TOKEN || undefined, ...dashboardOptions });
+      const made = createDashboard(mailroom, { token: envToken, ...dashboardOptions });
       dashboard = await made.listen(port ?? DEFAULT_DASHBOARD_PORT, host ?? '127.0.0.1');
       say('dashboard', `dashboard: ${dashboard.url}${made.readOnly ? ' (read-only)' : ''}`, { url: dashboard.url, readOnly: made.readOnly });
     }
