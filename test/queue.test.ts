@@ -154,6 +154,26 @@ for (const db of testDatabases()) {
       assert.deepEqual(rows.map((r) => r.n), [6], 'only the job enqueued inside a transaction (or on the pool)');
     });
 
+    it('on the embedded database, an enqueue inside mailroom.transaction without { tx } waits for the transaction: after a few seconds a process warning says why and what to do', { skip: db.name === 'pglite' ? false : 'PGlite only: a server has connections enough' }, async () => {
+      const { mailroom } = await db.open();
+      const job = defineJob('queue.pglite-wait', { queue: 'pglite-wait' });
+      const warned = new Promise<Error>((resolve) => {
+        const on = (warning: Error & { code?: string }) => {
+          if (warning.code !== 'MAILROOM_PGLITE_WAIT') return;
+          process.off('warning', on);
+          resolve(warning);
+        };
+        process.on('warning', on);
+      });
+      let stuck: Promise<string> | undefined;
+      await mailroom.transaction(async () => {
+        stuck = mailroom.enqueue(job, {}); // awaited here, it would wait for good
+        const warning = await warned;
+        assert.match(warning.message, /behind an open transaction\. If it was issued inside mailroom\.transaction\(fn\) without \{ tx \}.*pass \{ tx \} to everything inside the transaction/);
+      });
+      assert.ok(await stuck, 'once the transaction ended, the enqueue ran');
+    });
+
     it('retries transient failures with backoff, then dead-letters with every attempt recorded', async () => {
       const { mailroom } = await db.open();
       const job = defineJob('queue.flaky', { queue: 'flaky', retry: quick });

@@ -1,12 +1,21 @@
 import type { PGlite } from '@electric-sql/pglite';
 import type { Driver, NamedQuery, QueryResult, Transaction } from './driver.ts';
 
+/** How long a statement may wait behind an open transaction before the driver says why it may never run. */
+const WAIT_WARNING_MS = 3000;
+
 /**
  * Driver over an embedded PGlite database. PGlite serves one connection, so
  * statements run one after another; the SQL is the same as on a server.
+ * A statement issued inside `mailroom.transaction(fn)` without `{ tx }` waits
+ * for the transaction, which waits for it: after a few seconds of waiting the
+ * driver emits a process warning (once) that says so.
  */
 export class PgliteDriver implements Driver {
   readonly kind = 'pglite' as const;
+  /** Transactions begun or waiting to begin. */
+  private transactions = 0;
+  private warnedWait = false;
 
   constructor(
     private readonly db: PGlite,
@@ -14,15 +23,41 @@ export class PgliteDriver implements Driver {
   ) {}
 
   async query<R>(sql: string, params: readonly unknown[] = []): Promise<QueryResult<R>> {
-    const result = await this.db.query<R>(sql, params as unknown[]);
-    return { rows: result.rows, rowCount: result.affectedRows ?? result.rows.length };
+    const waiting = this.transactions > 0 && !this.warnedWait ? setTimeout(() => this.warnWait(), WAIT_WARNING_MS) : undefined;
+    waiting?.unref();
+    try {
+      const result = await this.db.query<R>(sql, params as unknown[]);
+      return { rows: result.rows, rowCount: result.affectedRows ?? result.rows.length };
+    } finally {
+      clearTimeout(waiting);
+    }
+  }
+
+  private warnWait(): void {
+    if (this.warnedWait) return;
+    this.warnedWait = true;
+    process.emitWarning(
+      `a statement has waited ${WAIT_WARNING_MS / 1000} s for the embedded database (PGlite serves one connection) behind an open transaction. ` +
+        'If it was issued inside mailroom.transaction(fn) without { tx } (enqueue, publish, a query on the mailroom), it waits for the transaction, ' +
+        'which waits for it, for good: pass { tx } to everything inside the transaction.',
+      { code: 'MAILROOM_PGLITE_WAIT' },
+    );
   }
 
   run<R>(query: NamedQuery, params: readonly unknown[]): Promise<QueryResult<R>> {
     return this.query<R>(query.text, params);
   }
 
-  transaction<T>(fn: (tx: Transaction) => Promise<T>): Promise<T> {
+  async transaction<T>(fn: (tx: Transaction) => Promise<T>): Promise<T> {
+    this.transactions++;
+    try {
+      return await this.inTransaction(fn);
+    } finally {
+      this.transactions--;
+    }
+  }
+
+  private inTransaction<T>(fn: (tx: Transaction) => Promise<T>): Promise<T> {
     return this.db.transaction(async (raw) => {
       const tx: Transaction = {
         async query<R>(sql: string, params: readonly unknown[] = []): Promise<QueryResult<R>> {
