@@ -1,5 +1,6 @@
 import type { PGlite } from '@electric-sql/pglite';
 import { checkOptionNames, type OptionNames } from './option-names.ts';
+import { closest } from './closest.ts';
 import type pg from 'pg';
 import type { JobDefinition } from './define.ts';
 import { quoteSchema } from './identifiers.ts';
@@ -446,7 +447,9 @@ export class Mailroom extends SafeEmitter<MailroomEvents> {
    * await worker.start();
    */
   worker(options: WorkerOptions): Worker {
-    return this.makeWorker(options, true);
+    const worker = this.makeWorker(options, true);
+    warnMisnamedHandlers(options);
+    return worker;
   }
 
   /** A worker whose job events reach `mailroom.on`; `errors`: its errors too (a consumer's worker reports through its consumer). */
@@ -563,6 +566,25 @@ export class Mailroom extends SafeEmitter<MailroomEvents> {
  */
 export async function createMailroom(options: MailroomOptions = {}): Promise<Mailroom> {
   return openMailroom(options, (poolSize) => connect(options.database as DatabaseOption | undefined, poolSize));
+}
+
+/**
+ * Warns (a process warning) about a handler whose name no job defined in this process has, when a
+ * defined job of the worker's queues is named nearly the same: most likely a typo, and that job's
+ * runs would be dead-lettered as `unknown-type` by this worker.
+ */
+function warnMisnamedHandlers(options: WorkerOptions): void {
+  const queues = new Set(options.queues ?? ['default']);
+  const served = [...registeredJobs()].filter((def) => queues.has(def.queue)).map((def) => def.name);
+  for (const name of Object.keys(options.handlers)) {
+    if (findJob(name) !== undefined) continue;
+    const guess = closest(name, served.filter((candidate) => !Object.hasOwn(options.handlers, candidate)));
+    if (guess === undefined) continue;
+    process.emitWarning(
+      `worker: no job type "${name}" is defined in this process; did you mean "${guess}"? This worker has no handler for "${guess}" (queue ${findJob(guess)!.queue}), so its jobs would be dead-lettered as unknown-type`,
+      { code: 'MAILROOM_HANDLER_NAME' },
+    );
+  }
 }
 
 const MAILROOM_OPTION_NAMES: OptionNames<MailroomOptions> = {

@@ -137,6 +137,24 @@ for (const db of testDatabases()) {
       assert.equal(row!.n, 0, 'no event written');
     });
 
+    test('a handler named nearly like a job of the worker\'s queues, but not like any defined job, gets a process warning naming the job', async () => {
+      const { mailroom } = await db.open();
+      const job = defineJob(`bad.welcome-${db.name}.send`, { queue: `typo-${db.name}` });
+      const warnings: Error[] = [];
+      const on = (warning: Error & { code?: string }) => void (warning.code === 'MAILROOM_HANDLER_NAME' && warnings.push(warning));
+      process.on('warning', on);
+      try {
+        mailroom.worker({ queues: [job.queue], handlers: { [`bad.welcome-${db.name}.sent`]: () => {} } });
+        mailroom.worker({ queues: [job.queue], handlers: { [job.name]: () => {} } }); // right: nothing to say
+        mailroom.worker({ queues: ['elsewhere'], handlers: { [`bad.welcome-${db.name}.sent`]: () => {} } }); // not its queue: nothing to say
+        await new Promise((resolve) => setImmediate(resolve)); // warnings are emitted on the next tick
+      } finally {
+        process.off('warning', on);
+      }
+      assert.equal(warnings.length, 1, warnings.map((w) => w.message).join(' | '));
+      assert.match(warnings[0]!.message, new RegExp(`^worker: no job type "bad\\.welcome-${db.name}\\.sent" is defined in this process; did you mean "bad\\.welcome-${db.name}\\.send"\\? .*dead-lettered as unknown-type`));
+    });
+
     test('a payload that is not JSON-serialisable (BigInt, a cycle, a function) is refused', async () => {
       const t = await openWithOneJob(db);
       const job = uniqueJob();
