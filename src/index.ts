@@ -16,6 +16,8 @@ export type { JobDefinition, JobOptions, JobData, JobInput } from './define.ts';
 export { PermanentError, RetryableError, RateLimitedError, ValidationError, MailroomError, TransactionEndedError } from './errors.ts';
 export type { RetryAfter } from './retry/retry-after.ts';
 export { snooze, isSnooze } from './snooze.ts';
+export { cancel, isCancel } from './cancel.ts';
+export type { Cancel } from './cancel.ts';
 export type { Snooze } from './snooze.ts';
 export type { Duration } from './duration.ts';
 export type { RetryOptions, BackoffOptions, RetryPolicy } from './retry/backoff.ts';

@@ -7,7 +7,7 @@
 import { describe, it } from 'node:test';
 import assert from 'node:assert/strict';
 import { z } from 'zod';
-import { defaultClassifier, defineEvent, handleEvent, RetryableError, snooze, ValidationError, type ConsumedEvent, type ConsumerContext } from '../src/index.ts';
+import { cancel, defaultClassifier, defineEvent, handleEvent, RetryableError, snooze, ValidationError, type ConsumedEvent, type ConsumerContext } from '../src/index.ts';
 import { consumerQueries } from '../src/consumers/consumer-queries.ts';
 import { testDatabases, type TestMailroom } from './helpers/databases.ts';
 import { explainPrepared, itPlans, PLAN_MODES } from './helpers/plans.ts';
@@ -119,6 +119,22 @@ for (const db of testDatabases()) {
         'each version checked against its own definition (v1 with its default applied)',
       );
       assert.ok(good);
+    });
+
+    it('cancel() from an event handler means handled with nothing to do: the event is acknowledged and its inbox key kept', async () => {
+      const t = await db.open();
+      const { mailroom } = t;
+      const consumer = mailroom.consumer({ group: 'skipper', pollInterval: 20, handlers: { [other.type]: () => cancel('not for this tenant') } });
+      await consumer.start();
+      const relay = mailroom.relay({ pollInterval: 20 });
+      await relay.start();
+      const done = waitForEvents(consumer.worker, 'completed', 1);
+      const { id } = await mailroom.publish(other, { n: 1 });
+      await done;
+      await relay.stop();
+      await consumer.stop();
+      const keys = await t.sql<{ event_id: string }>(`SELECT event_id::text AS event_id FROM "${t.schema}".inbox WHERE consumer_group = 'skipper'`);
+      assert.deepEqual(keys.map((k) => k.event_id), [id]);
     });
 
     it('the group\'s retry policy applies to its events: backoff and attempts, its classifier, its timeout', async () => {

@@ -7,7 +7,7 @@ import { describe, it } from 'node:test';
 import assert from 'node:assert/strict';
 import pg from 'pg';
 import type { PGlite } from '@electric-sql/pglite';
-import { createMailroom, defineJob, PermanentError, RateLimitedError, RetryableError, snooze, TransactionEndedError, type Job } from '../src/index.ts';
+import { cancel, createMailroom, defineJob, PermanentError, RateLimitedError, RetryableError, snooze, TransactionEndedError, type Job } from '../src/index.ts';
 import { databaseUrl, testDatabases, uniqueSchema } from './helpers/databases.ts';
 import { jobQueries } from '../src/jobs/queries.ts';
 import { controlQueries } from '../src/jobs/control-queries.ts';
@@ -286,6 +286,42 @@ for (const db of testDatabases()) {
       assert.equal(jobs[0]?.errors[0]?.message, 'seconds 503');
       assert.equal(jobs[1]?.errors[0]?.message, 'absent 503');
       assert.match(jobs[2]?.errors[0]?.message ?? '', /^garbage 503 \(RetryableError\.after: "soon" is neither a duration .*\)$/);
+    });
+
+    it('a handler that returns cancel(reason) ends its job as cancelled (no retry, no dead letter), the reason in its history; ctx.tx writes commit with it', async () => {
+      const { mailroom, schema, sql } = await db.open();
+      await sql(`CREATE TABLE "${schema}".notes (text text)`);
+      const job = defineJob<{ kind: string }>('queue.cancel', { queue: 'cancel' });
+      const plain = await mailroom.enqueue(job, { kind: 'plain' });
+      const inTx = await mailroom.enqueue(job, { kind: 'tx' });
+      const bus: string[] = [];
+      mailroom.on('job.cancelled', (j) => void bus.push(`${j.id}:${j.reason}`));
+      const worker = mailroom.worker({
+        queues: ['cancel'],
+        pollInterval: 10,
+        handlers: {
+          [job.name]: async (j: Job<{ kind: string }>, ctx) => {
+            if (j.data.kind === 'tx') await ctx.tx.query(`INSERT INTO "${schema}".notes VALUES ('written before the cancel')`);
+            return cancel(`order of ${j.data.kind} was refunded`);
+          },
+        },
+      });
+      const cancelled = waitForEvents(worker, 'cancelled', 2);
+      await worker.start();
+      const events = await cancelled;
+      await worker.stop();
+      assert.deepEqual(events.map(([, reason]) => reason).sort(), ['order of plain was refunded', 'order of tx was refunded']);
+      for (const [id, kind] of [[plain, 'plain'], [inTx, 'tx']] as const) {
+        const info = await mailroom.jobs.get(id);
+        assert.equal(info?.state, 'cancelled');
+        assert.equal(info?.status, 'cancelled');
+        assert.equal(info?.attempts, 1);
+        assert.deepEqual(info?.history.at(-1) && [info.history.at(-1)!.event, info.history.at(-1)!.detail], ['cancelled', `order of ${kind} was refunded`]);
+      }
+      assert.deepEqual(await sql(`SELECT text FROM "${schema}".notes`), [{ text: 'written before the cancel' }]);
+      assert.equal((await mailroom.deadLetters.list({ queue: 'cancel' })).items.length, 0, 'not a dead letter');
+      assert.deepEqual(bus.sort(), [`${plain}:order of plain was refunded`, `${inTx}:order of tx was refunded`]);
+      assert.throws(() => cancel(''), /reason must be a non-empty string/);
     });
 
     it('dead-letters a job past maxAge instead of retrying it', async () => {

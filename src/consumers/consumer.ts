@@ -8,6 +8,7 @@ import { runOf } from '../worker/job-run.ts';
 import { currentContext, runInContext } from '../observe/context.ts';
 import { retryHorizonMs } from '../retention.ts';
 import { isSnooze } from '../snooze.ts';
+import { isCancel } from '../cancel.ts';
 import type { Driver, Transaction } from '../storage/driver.ts';
 import { inBatches } from '../storage/batches.ts';
 import type { FanOutQueries } from '../relay/fanout-queries.ts';
@@ -299,6 +300,8 @@ export class Consumer extends SafeEmitter<ConsumerEvents> {
         outer === undefined && event.correlationId === null
           ? await handler(event, consumerCtx)
           : await runInContext({ ...outer, correlationId: event.correlationId ?? outer?.correlationId ?? null, eventId: event.id }, () => handler(event, consumerCtx));
+      // For an event, cancel() means handled with nothing to do: acknowledged like a return, its inbox key kept.
+      if (isCancel(result)) return undefined;
       if (isSnooze(result) && keyInTx) {
         // Not handled yet: the key goes again (the reschedule commits with ctx.tx).
         await runInHandlerTx(ctx.tx, queries.inboxForget, [group, inboxKey]);

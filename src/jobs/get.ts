@@ -144,6 +144,7 @@ export async function getJob(driver: Driver, queries: JobQueries, id: string): P
     const event = row.state === 'completed' ? 'completed' : row.state === 'dead' ? 'dead-lettered' : 'cancelled';
     const entry: JobHistoryEntry = { at: row.finished_at, event, attempt: row.attempt };
     if (row.dead_reason) entry.detail = row.dead_reason;
+    else if (row.state === 'cancelled' && row.last_error?.category === 'cancelled') entry.detail = row.last_error.message; // cancel(reason)
     history.push(entry);
   }
   // Stable sort: events with equal times keep their logical order.

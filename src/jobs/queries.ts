@@ -21,6 +21,7 @@ export interface JobQueries {
   completeRecordingInbox: NamedQuery;
   fail: NamedQuery;
   reschedule: NamedQuery;
+  cancelRun: NamedQuery;
   releaseMany: NamedQuery;
   heartbeat: NamedQuery;
   rescueExpired: NamedQuery;
@@ -295,6 +296,16 @@ export function jobQueries(quotedSchema: string): JobQueries {
               locked_until = NULL, blocked = false
         WHERE id = $1 AND claim_count = $2 AND ${activeFence('jobs')}
        RETURNING id, state`,
+    ),
+    // $1 id, $2 claim, $3 reason. A handler returned cancel(reason): the job ends as cancelled, the
+    // reason kept as its last word (it holds its ordering key no more: the trigger hands it on).
+    cancelRun: q(
+      'cancel_run',
+      `UPDATE ${s}.jobs
+          SET state = 'cancelled', finished_at = now(), locked_until = NULL, blocked = false,
+              last_error = jsonb_build_object('category', 'cancelled', 'message', $3::text)
+        WHERE id = $1 AND claim_count = $2 AND ${activeFence('jobs')}
+       RETURNING id`,
     ),
     // $1 ids, $2 claim tokens. Graceful stop: claimed jobs back to the queue at once, the attempt not spent.
     releaseMany: q(

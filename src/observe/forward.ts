@@ -99,6 +99,11 @@ export function forwardWorker(worker: Worker, bus: Bus, lazy: LazyForwarding, op
       if (bus.listenerCount('job.snoozed') > 0) bus.emit('job.snoozed', { ...job, delayMs });
     }),
   );
+  lazy.when(['job.cancelled'], () =>
+    worker.on('cancelled', (job, reason) => {
+      if (bus.listenerCount('job.cancelled') > 0) bus.emit('job.cancelled', { ...job, reason });
+    }),
+  );
   lazy.when(['job.rate-limited'], () =>
     worker.on('rate-limited', (job, delayMs) => {
       if (bus.listenerCount('job.rate-limited') > 0) bus.emit('job.rate-limited', { ...job, delayMs });

@@ -50,6 +50,8 @@ export interface MailroomEvents {
   'job.rescued': [job: Omit<JobEventRef, 'correlationId'> & { dead: boolean }];
   /** A handler returned `snooze(...)`: the job runs again later without spending an attempt. */
   'job.snoozed': [job: JobEventRef & { delayMs: number }];
+  /** A handler returned `cancel(reason)`: the job ended as cancelled. */
+  'job.cancelled': [job: JobEventRef & { reason: string }];
   /** A handler threw `RateLimitedError`: its queue pauses for `delayMs`. */
   'job.rate-limited': [job: JobEventRef & { delayMs: number }];
   /** A result was refused because the job's lease was lost (it was rescued and maybe ran elsewhere). */

@@ -63,6 +63,7 @@ export function attachLogger(bus: SafeEmitter<MailroomEvents>, logger: MailroomL
     bus.on('job.started', (job) => debug.call(logger, { ...jobFields(job), worker: job.worker }, `job ${job.type} started`));
     bus.on('job.completed', (job) => debug.call(logger, { ...jobFields(job), durationMs: Math.round(job.durationMs * 1000) / 1000 }, `job ${job.type} completed`));
     bus.on('job.snoozed', (job) => debug.call(logger, { ...jobFields(job), delayMs: job.delayMs }, `job ${job.type} snoozed`));
+    bus.on('job.cancelled', (job) => debug.call(logger, { ...jobFields(job), reason: job.reason }, `job ${job.type} cancelled by its handler`));
     bus.on('relay.published', (info) => debug.call(logger, { target: info.target, count: info.count }, `relay ${info.target}: published ${info.count}`));
   }
 }

@@ -3,6 +3,7 @@ import { findQueuePolicy } from './queue-policies.ts';
 import { backoffDelay, resolveRetryPolicy, type RetryPolicy } from '../retry/backoff.ts';
 import { defaultClassifier, JobTimeoutError, UnknownJobTypeError, type Classification, type ErrorCategory, type ErrorClassifier } from '../retry/classify.ts';
 import { isSnooze } from '../snooze.ts';
+import { isCancel } from '../cancel.ts';
 import { RateLimitedError, RetryableError } from '../errors.ts';
 import type { JobQueries } from '../jobs/queries.ts';
 import type { StepQueries } from '../jobs/step-queries.ts';
@@ -36,6 +37,7 @@ export interface Execution {
 export type Outcome =
   | { kind: 'completed' }
   | { kind: 'snoozed'; delayMs: number }
+  | { kind: 'cancelled'; reason: string }
   | { kind: 'rate-limited'; delayMs: number; message: string }
   | { kind: 'failed'; retry: boolean; delayMs: number; deadReason: string; category: ErrorCategory; message: string; stack: string | null }
   | { kind: 'abandoned' };
@@ -154,7 +156,8 @@ export function execute(run: JobRun, handler: JobHandler | undefined, deps: Exec
     };
     const returned = (result: unknown): Outcome => {
       if (run.aborted) return aborted();
-      return isSnooze(result) ? { kind: 'snoozed', delayMs: result.delayMs } : { kind: 'completed' };
+      if (isSnooze(result)) return { kind: 'snoozed', delayMs: result.delayMs };
+      return isCancel(result) ? { kind: 'cancelled', reason: result.reason } : { kind: 'completed' };
     };
     if (!handler) {
       finish(decideFailure(row, new UnknownJobTypeError(`no handler for job type "${row.type}" in this worker; register one in worker({ handlers })`)));

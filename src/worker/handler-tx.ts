@@ -126,6 +126,11 @@ class RollbackSignal extends Error {
   }
 }
 
+/** The fenced cancel (a handler returned `cancel(reason)`), inside the handler's transaction. */
+export function cancelInTransaction(queries: JobQueries, id: string, claim: number, reason: string): Finish {
+  return async (tx) => (await tx.run(queries.cancelRun, [id, claim, reason])).rowCount === 1;
+}
+
 /** The fenced completion, inside the handler's transaction. */
 export function completeInTransaction(queries: JobQueries, id: string, claim: number): Finish {
   return async (tx) => (await tx.run(queries.complete, [[id], [claim]])).rowCount === 1;

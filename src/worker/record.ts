@@ -2,7 +2,7 @@ import type { JobQueries } from '../jobs/queries.ts';
 import type { Driver } from '../storage/driver.ts';
 import type { Completer } from './completer.ts';
 import { decideFailure, type Outcome } from './execute.ts';
-import { completeInTransaction, rescheduleInTransaction, type HandlerTransaction } from './handler-tx.ts';
+import { cancelInTransaction, completeInTransaction, rescheduleInTransaction, type HandlerTransaction } from './handler-tx.ts';
 import { RetryableError } from '../errors.ts';
 import { isConcurrencyConflict } from '../storage/conflicts.ts';
 import type { InboxKey } from './job-run.ts';
@@ -12,6 +12,7 @@ import type { ClaimedRow } from './types.ts';
 export type Recorded =
   | { kind: 'completed' }
   | { kind: 'snoozed'; delayMs: number }
+  | { kind: 'cancelled'; reason: string }
   | { kind: 'rate-limited'; delayMs: number }
   | { kind: 'failed'; category: string; message: string; dead: boolean; runAt: Date | null }
   | { kind: 'stale' }
@@ -41,6 +42,15 @@ export async function recordOutcome(
   tx: HandlerTransaction | undefined,
   inboxKey?: InboxKey,
 ): Promise<Recorded> {
+  if (tx?.isOpen && outcome.kind === 'cancelled') {
+    // The handler's writes commit with the cancel, as with a completion.
+    try {
+      return (await tx.commitWith(cancelInTransaction(deps.queries, row.id, row.claim_count, outcome.reason))) ? outcome : { kind: 'stale' };
+    } catch (error) {
+      deps.report(error); // nothing happened; the lease expires and the job runs again
+      return { kind: 'unknown' };
+    }
+  }
   if (tx?.isOpen && (outcome.kind === 'completed' || outcome.kind === 'snoozed')) {
     // The handler's own writes and the fenced state change commit together, or not at all.
     let dead = false;
@@ -68,6 +78,10 @@ export async function recordOutcome(
   if (outcome.kind === 'completed') {
     const recorded = await deps.completer.complete(row.id, row.claim_count, inboxKey); // the completer retries its batches
     return recorded ? { kind: 'completed' } : { kind: 'stale' };
+  }
+  if (outcome.kind === 'cancelled') {
+    const { rowCount } = await deps.withRetries(() => deps.driver.run(deps.queries.cancelRun, [row.id, row.claim_count, outcome.reason]));
+    return rowCount === 1 ? outcome : { kind: 'stale' };
   }
   if (outcome.kind === 'snoozed' || outcome.kind === 'rate-limited') {
     const category = outcome.kind === 'rate-limited' ? 'transient' : null;

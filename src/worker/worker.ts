@@ -35,6 +35,8 @@ export interface WorkerEvents {
   /** An attempt failed and was recorded; `dead` (= !willRetry): it went to the dead-letter queue. */
   failed: [job: JobEventRef, detail: { category: string; message: string; dead: boolean; willRetry: boolean; runAt: Date | null; durationMs: number }];
   snoozed: [job: JobEventRef, delayMs: number];
+  /** The handler returned `cancel(reason)`: the job ended as cancelled. */
+  cancelled: [job: JobEventRef, reason: string];
   /** A result was refused because the job's lease was lost (it was rescued and maybe claimed again). */
   stale: [job: JobEventRef];
   /** A handler threw RateLimitedError: the queue backs off; the job runs again without spending an attempt. */
@@ -432,6 +434,9 @@ export class Worker extends SafeEmitter<WorkerEvents> {
         break;
       case 'snoozed':
         this.emit('snoozed', job, result.delayMs);
+        break;
+      case 'cancelled':
+        this.emit('cancelled', job, result.reason);
         break;
       case 'rate-limited':
         this.emit('rate-limited', job, result.delayMs);
