@@ -7,25 +7,9 @@ import { UsageError } from './args.ts';
 import { DATABASE_OPTIONS, withMailroom } from './open-mailroom.ts';
 import { loadCommandConfig } from './command-config.ts';
 import type { ConsumerSource } from '../brokers/source.ts';
-import { splitWords, type CommandValues, type CommandWithWords } from './subcommand.ts';
+import { parseRemoveArgs, type CommandValues, type CommandWithWords } from './subcommand.ts';
 
 const HINT = 'e.g. mailroom groups remove billing-v1 (status lists the groups)';
-
-function parseGroupsArgs(args: string[]): CommandValues {
-  const { words, values } = splitWords(groupsCommand, args);
-  if (values.help) return values;
-  const [sub, group, ...rest] = words;
-  if (sub === undefined) throw new UsageError('mailroom groups: expected a subcommand: remove', HINT);
-  if (sub !== 'remove') throw new UsageError(`mailroom groups: unknown subcommand "${sub}"`, `groups has: remove; ${HINT}`);
-  if (group === undefined) throw new UsageError('mailroom groups remove: expected the name of the group to remove', HINT);
-  if (rest.length > 0) throw new UsageError(`mailroom groups remove: expected one group name, got ${words.length - 1}: ${words.slice(1).join(' ')}`, HINT);
-  try {
-    assertGroupName(group, 'mailroom groups remove');
-  } catch (error) {
-    throw new UsageError((error as Error).message, HINT);
-  }
-  return { ...values, subcommand: sub, group };
-}
 
 /** The `groups` command. */
 export const groupsCommand: CommandWithWords = {
@@ -47,7 +31,7 @@ export const groupsCommand: CommandWithWords = {
     '\n' +
     'Exit codes: 0 removed, 1 no such group registered (with --broker the broker part runs all the same),\n' +
     'a consumer of it still runs, the broker part failed, or the database could not be reached; 2 bad usage.',
-  parse: parseGroupsArgs,
+  parse: (args) => parseRemoveArgs(groupsCommand, args, { noun: 'group', value: 'group', hint: HINT, check: (group) => assertGroupName(group, 'mailroom groups remove') }),
   async run(values, io) {
     const group = String(values.group);
     const source = values.broker === true ? await configSource(values, group) : undefined;

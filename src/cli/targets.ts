@@ -3,22 +3,10 @@
  * more (`mailroom.relayTargets.remove`), so its cursor stops holding outbox
  * retention back.
  */
-import { UsageError } from './args.ts';
 import { DATABASE_OPTIONS, withMailroom } from './open-mailroom.ts';
-import { splitWords, type CommandValues, type CommandWithWords } from './subcommand.ts';
+import { parseRemoveArgs, type CommandWithWords } from './subcommand.ts';
 
 const HINT = 'e.g. mailroom targets remove rabbitmq:orders-old (status lists the targets)';
-
-function parseTargetsArgs(args: string[]): CommandValues {
-  const { words, values } = splitWords(targetsCommand, args);
-  if (values.help) return values;
-  const [sub, target, ...rest] = words;
-  if (sub === undefined) throw new UsageError('mailroom targets: expected a subcommand: remove', HINT);
-  if (sub !== 'remove') throw new UsageError(`mailroom targets: unknown subcommand "${sub}"`, `targets has: remove; ${HINT}`);
-  if (target === undefined || target === '') throw new UsageError('mailroom targets remove: expected the name of the target to remove', HINT);
-  if (rest.length > 0) throw new UsageError(`mailroom targets remove: expected one target name, got ${words.length - 1}: ${words.slice(1).join(' ')}`, HINT);
-  return { ...values, subcommand: sub, target };
-}
 
 /** The `targets` command. */
 export const targetsCommand: CommandWithWords = {
@@ -35,7 +23,7 @@ export const targetsCommand: CommandWithWords = {
     '\n' +
     'Exit codes: 0 removed, 1 no such target, a relay still runs it, or the database could not be\n' +
     'reached; 2 bad usage.',
-  parse: parseTargetsArgs,
+  parse: (args) => parseRemoveArgs(targetsCommand, args, { noun: 'target', value: 'target', hint: HINT }),
   async run(values, io) {
     const target = String(values.target);
     const result = await withMailroom(values, (mailroom) => mailroom.relayTargets.remove(target));
