@@ -504,11 +504,12 @@ describe('rabbitmq safety checks', { skip }, () => {
     await admin((c) => c.checkExchange(missing).then(() => assert.fail('check() must not create the exchange'), () => {}));
   });
 
-  test('target: rabbitmq-no-delivery-limit for checkQueues without x-delivery-limit or a dead-letter exchange (found through declare equivalence)', async () => {
+  test('target: rabbitmq-no-delivery-limit for checkQueues without x-delivery-limit or a dead-letter exchange, rabbitmq-limit-drops for a limit without one (found through declare equivalence)', async () => {
     const { exchange } = await exchangeWithQueue('limits');
     const queues: Record<string, Record<string, unknown> | null> = {
       quorumPlain: { 'x-queue-type': 'quorum' },
       quorumLimit: { 'x-queue-type': 'quorum', 'x-delivery-limit': 5 },
+      quorumLimitDlx: { 'x-queue-type': 'quorum', 'x-delivery-limit': 5, 'x-dead-letter-exchange': 'dlx' },
       quorumDlx: { 'x-queue-type': 'quorum', 'x-dead-letter-exchange': 'dlx' },
       // other arguments first: the probe adopts each one the server names until it learns the answer
       quorumOthersNoLimit: { 'x-queue-type': 'quorum', 'x-max-length': 100_000, 'x-single-active-consumer': true, 'x-overflow': 'reject-publish' },
@@ -534,18 +535,20 @@ describe('rabbitmq safety checks', { skip }, () => {
     const bySubject = new Map(warnings.map((w) => [w.subject.split(' ').pop(), w.code]));
     assert.deepEqual(Object.fromEntries(Object.entries(names).map(([what, q]) => [what, bySubject.get(q) ?? null])), {
       quorumPlain: 'rabbitmq-no-delivery-limit',
-      quorumLimit: null,
+      quorumLimit: 'rabbitmq-limit-drops',
+      quorumLimitDlx: null,
       quorumDlx: null,
       quorumOthersNoLimit: 'rabbitmq-no-delivery-limit',
-      quorumOthersLimit: null,
+      quorumOthersLimit: 'rabbitmq-limit-drops',
       classicPlain: 'rabbitmq-no-delivery-limit',
       classicDlx: null,
       stream: null,
     });
     assert.equal(bySubject.get(nonDurable), 'rabbitmq-no-delivery-limit', 'non-durable, auto-delete queue with other arguments');
     assert.equal(bySubject.get(missing), 'rabbitmq-queue-missing');
-    assert.equal(warnings.length, 5);
+    assert.equal(warnings.length, 7);
     assert.match(warnings.find((w) => w.code === 'rabbitmq-no-delivery-limit')!.message, /redelivered forever.*x-delivery-limit/);
+    assert.match(warnings.find((w) => w.subject.endsWith(names.quorumLimit!))!.message, /has a delivery limit \(x-delivery-limit 5\) but no dead-letter exchange: a message its consumers fail that many times is dropped/);
     // the probe changed nothing: the queues keep their arguments, the missing one was not created
     await admin((c) => c.assertQueue(names.quorumOthersNoLimit!, { durable: true, arguments: queues.quorumOthersNoLimit }));
     await admin((c) => c.checkQueue(missing).then(() => assert.fail('check() must not create a queue'), () => {}));

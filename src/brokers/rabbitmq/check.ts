@@ -33,6 +33,8 @@ export async function exists(connection: ChannelModel, kind: 'queue' | 'exchange
 export type RetryLimit =
   | { kind: 'missing' }
   | { kind: 'limited'; argument: 'x-delivery-limit' | 'x-dead-letter-exchange' }
+  /** A delivery limit and no dead-letter exchange: a message past the limit is dropped. `implicit`: RabbitMQ 4's default limit on quorum queues. */
+  | { kind: 'drops'; limit: number | null; implicit: boolean }
   | { kind: 'unlimited'; arguments: Readonly<Record<string, unknown>> }
   /** A stream: consumers read by offset, nothing is requeued, so a delivery limit does not apply. */
   | { kind: 'stream' }
@@ -71,9 +73,9 @@ function decodeCurrent(text: string, sent: ArgumentValue | undefined): ArgumentV
  * succeeds only when its properties and arguments match. Starting from a
  * plain durable queue, each PRECONDITION_FAILED names one argument that
  * differs and its current value; the probe adopts that value and declares
- * again, until the declare succeeds (the queue has neither) or the server
- * names `x-delivery-limit` or `x-dead-letter-exchange` (it has one).
- * Limits set by a policy are invisible to it.
+ * again, until the declare succeeds: the arguments adopted then are the
+ * queue's, and say whether it has a delivery limit, a dead-letter exchange,
+ * both or neither. Limits set by a policy are invisible to it.
  */
 export async function probeRetryLimit(connection: ChannelModel, queue: string): Promise<RetryLimit> {
   if (!(await exists(connection, 'queue', queue))) return { kind: 'missing' };
@@ -86,8 +88,7 @@ export async function probeRetryLimit(connection: ChannelModel, queue: string): 
     const channel = await openChannel(connection);
     try {
       await channel.assertQueue(queue, { durable, autoDelete, arguments: { ...args } });
-      if (args['x-queue-type'] === 'quorum' && major >= 4) return { kind: 'limited', argument: 'x-delivery-limit' };
-      return { kind: 'unlimited', arguments: { ...args } };
+      return judge(args, args['x-queue-type'] === 'quorum' && major >= 4);
     } catch (error) {
       const code = amqpCode(error);
       const text = serverText(error);
@@ -96,7 +97,6 @@ export async function probeRetryLimit(connection: ChannelModel, queue: string): 
       const match = INEQUIVALENT.exec(text);
       if (!match) return { kind: 'unknown', reason: text };
       const [, name = '', , current = ''] = match;
-      if (name === 'x-delivery-limit' || name === 'x-dead-letter-exchange') return { kind: 'limited', argument: name };
       if (name === 'durable' || name === 'auto_delete') {
         const value = /^'(true|false)'$/.exec(current)?.[1];
         if (value === undefined) return { kind: 'unknown', reason: text };
@@ -117,6 +117,35 @@ export async function probeRetryLimit(connection: ChannelModel, queue: string): 
     }
   }
   return { kind: 'unknown', reason: `the queue's arguments did not settle after ${MAX_PROBES} declares` };
+}
+
+/**
+ * What a queue's settled arguments say: a dead-letter exchange catches what
+ * its consumers reject (and, with a delivery limit, what they fail too often);
+ * a delivery limit without one drops those messages; neither redelivers a
+ * poison message forever. `quorumDefault`: RabbitMQ 4 gives quorum queues a
+ * delivery limit (20) their arguments do not show.
+ */
+function judge(args: Readonly<Record<string, ArgumentValue>>, quorumDefault: boolean): RetryLimit {
+  const limit = args['x-delivery-limit'];
+  if (args['x-dead-letter-exchange'] !== undefined) return { kind: 'limited', argument: 'x-dead-letter-exchange' };
+  if (limit !== undefined) return { kind: 'drops', limit: typeof limit === 'number' ? limit : Number(limit), implicit: false };
+  if (quorumDefault) return { kind: 'drops', limit: null, implicit: true };
+  return { kind: 'unlimited', arguments: { ...args } };
+}
+
+/** `rabbitmq-limit-drops`: a queue with a delivery limit and no dead-letter exchange drops what passes the limit. */
+export function limitDrops(url: string, queue: string, limit: { limit: number | null; implicit: boolean }): SafetyWarning {
+  const which = limit.implicit ? 'the delivery limit RabbitMQ 4 gives every quorum queue (20)' : `a delivery limit (x-delivery-limit ${limit.limit})`;
+  return {
+    subject: subjectOf(url, 'queue', queue),
+    code: 'rabbitmq-limit-drops',
+    message:
+      `the queue '${queue}' has ${which} but no dead-letter exchange: a message its consumers fail that many times is dropped, ` +
+      `and the event is lost for them without a trace. Give the queue an x-dead-letter-exchange (an argument or a dead-letter-exchange policy), ` +
+      `with dead-letter-strategy at-least-once and overflow reject-publish on a quorum queue so that dead-lettering loses nothing either. ` +
+      `A dead-letter exchange set only by a policy is invisible to this check: ignore the warning if a policy covers the queue.`,
+  };
 }
 
 /** The `subject` of a warning about an exchange or queue on a broker. */

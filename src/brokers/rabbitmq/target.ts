@@ -8,7 +8,7 @@ import { wireMessageOf } from '../wire.ts';
 import { RefusedEventError } from '../../relay/refused.ts';
 import { storedRowOf } from '../../relay/stored-event.ts';
 import type { RelayContext, RelayedEvent, RelayTarget } from '../../relay/target.ts';
-import { checkInconclusive, exchangeMissing, exists, noDeliveryLimit, probeRetryLimit, queueMissing } from './check.ts';
+import { checkInconclusive, exchangeMissing, exists, limitDrops, noDeliveryLimit, probeRetryLimit, queueMissing } from './check.ts';
 import { amqpCode, closeQuietly, openConnection, serverText, SETUP_TIMEOUT_MS, withTimeout } from './connection.ts';
 import { redactUrl, resolveTargetOptions, type RabbitMqTargetOptions, type ResolvedTargetOptions } from './options.ts';
 
@@ -288,6 +288,7 @@ class RabbitMqRelayTarget implements RabbitMqTarget {
         const limit = await probeRetryLimit(connection, queue);
         if (limit.kind === 'missing') warnings.push(queueMissing(url, queue, 'checkQueues'));
         else if (limit.kind === 'unlimited') warnings.push(noDeliveryLimit(url, queue));
+        else if (limit.kind === 'drops') warnings.push(limitDrops(url, queue, limit));
         else if (limit.kind === 'unknown') warnings.push(checkInconclusive(url, queue, limit.reason));
       }
     } finally {
