@@ -421,6 +421,17 @@ describe('mailroom bench: mailroom alone on the given database, in a scratch sch
   test('PostgreSQL: the scratch schema is dropped', { skip: databaseUrl ? false : 'TEST_DATABASE_URL is not set' }, async () => {
     const run = await mailroom(['bench', '--database', databaseUrl!, '--jobs', '300', '--latency-jobs', '20', '--rate', '100', '--json'], { timeoutMs: 60_000 });
     check(run);
+    assert.equal(run.stderr, '', '--json prints no progress');
+    // For people: progress of the enqueue and the drain on stderr (lines, stderr not being a terminal here).
+    const people = await mailroom(['bench', '--database', databaseUrl!, '--jobs', '300', '--batch-size', '100', '--latency-jobs', '0'], { timeoutMs: 60_000 });
+    assert.equal(people.code, 0, people.stderr);
+    const lines = people.stderr.trim().split('\n');
+    for (const phase of ['enqueue', 'drain']) {
+      const own = lines.filter((line) => line.startsWith(`${phase}: `));
+      assert.ok(own.every((line) => /^\w+: \d+\/300 \(\d+%\)$/.test(line)), lines.join(' | '));
+      assert.equal(own.at(-1), `${phase}: 300/300 (100%)`, `${phase} ends at 100%: ${lines.join(' | ')}`);
+    }
+    assert.match(people.stdout, /^drain: +[\d,]+ jobs\/s/m);
     const pool = new pg.Pool({ connectionString: databaseUrl, max: 1 });
     try {
       const { rows } = await pool.query(`SELECT nspname FROM pg_namespace WHERE nspname LIKE 'mailroom_bench_%'`);

@@ -12,6 +12,7 @@ import { createMailroom, type Mailroom } from '../mailroom.ts';
 import type { Job } from '../worker/types.ts';
 import { integerOption, stringOption, type CommandSpec } from './args.ts';
 import { describeTarget, openDatabase, resolveTarget, type DatabaseTarget } from './database.ts';
+import { startProgress, type ProgressStream } from './progress.ts';
 
 /** What one `mailroom bench` run measured. */
 export interface BenchResult {
@@ -31,21 +32,30 @@ function percentile(sorted: number[], p: number): number {
 
 const round = (n: number, digits = 1) => Math.round(n * 10 ** digits) / 10 ** digits;
 
-async function drain(mailroom: Mailroom, jobs: number, concurrency: number, batchSize: number): Promise<Pick<BenchResult, 'drain' | 'enqueue'>> {
+async function drain(mailroom: Mailroom, jobs: number, concurrency: number, batchSize: number, err: ProgressStream | undefined): Promise<Pick<BenchResult, 'drain' | 'enqueue'>> {
+  const enqueued = err && startProgress(err, 'enqueue', jobs);
   const enqueueStart = performance.now();
   for (let i = 0; i < jobs; i += batchSize) {
     await mailroom.enqueueMany(noop, Array.from({ length: Math.min(batchSize, jobs - i) }, (_, k) => ({ n: i + k })));
+    enqueued?.update(Math.min(jobs, i + batchSize));
   }
   const enqueueSeconds = (performance.now() - enqueueStart) / 1000;
+  enqueued?.finish();
   let done = 0;
   let finish!: () => void;
   const all = new Promise<void>((resolve) => (finish = resolve));
+  const drained = err && startProgress(err, 'drain', jobs);
   const worker = mailroom.worker({ queues: [noop.queue], concurrency, prefetch: Math.max(concurrency, 500), handlers: { [noop.name]: () => undefined } });
-  worker.on('completed', () => ++done === jobs && finish());
+  worker.on('completed', () => {
+    done++; // not inside drained?.update(…): without progress the whole call, argument included, is skipped
+    drained?.update(done);
+    if (done === jobs) finish();
+  });
   const start = performance.now();
   await worker.start();
   await all;
   const seconds = (performance.now() - start) / 1000;
+  drained?.finish();
   await worker.stop();
   return {
     drain: { jobs, concurrency, seconds: round(seconds, 3), jobsPerSecond: Math.round(jobs / seconds) },
@@ -123,7 +133,8 @@ export const benchCommand: CommandSpec = {
       try {
         await mailroom.migrate();
         if (!values.json) io.err.write(`mailroom bench on ${describeTarget(target)}: draining ${jobs} jobs at concurrency ${concurrency}...\n`);
-        const drained = await drain(mailroom, jobs, concurrency, batchSize);
+        // Progress on stderr (a bar on a terminal, lines elsewhere), as for migrate and dlq; none with --json.
+        const drained = await drain(mailroom, jobs, concurrency, batchSize, values.json ? undefined : io.err);
         if (!values.json && latencyJobs > 0) io.err.write(`latency: ${latencyJobs} jobs at ${rate}/s...\n`);
         const lat = latencyJobs > 0 ? await latency(mailroom, latencyJobs, rate) : { jobs: 0, ratePerSecond: rate, p50Ms: 0, p99Ms: 0, maxMs: 0 };
         const result: BenchResult = { database: describeTarget(target), ...drained, latency: lat };
