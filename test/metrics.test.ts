@@ -226,6 +226,26 @@ for (const db of testDatabases()) {
       await consumer.stop();
     });
 
+    it('table rows: live and dead row versions of mailroom\'s busiest tables from PostgreSQL\'s statistics (stats().tables and mailroom_table_rows)', async () => {
+      const t = await db.open();
+      const scrape = fresh(t);
+      await t.mailroom.enqueueMany(parked, Array.from({ length: 50 }, () => ({})));
+      await t.sql(`DELETE FROM "${t.schema}".jobs WHERE id IN (SELECT id FROM "${t.schema}".jobs LIMIT 20)`);
+      if (db.name === 'postgres') await t.sql('SELECT pg_stat_force_next_flush()'); // this backend's counts, now
+      const { tables } = await t.mailroom.stats();
+      assert.ok(tables.jobs, `the jobs table is reported: ${JSON.stringify(tables)}`);
+      if (db.name === 'postgres') {
+        // Another session reads the counts: the statistics are approximate but these are exact here (no vacuum ran).
+        assert.deepEqual([tables.jobs.liveRows, tables.jobs.deadRows], [30, 20]);
+        const exposition = await scrape();
+        assert.equal(valueOf(exposition, 'mailroom_table_rows', { table: 'jobs', kind: 'dead' }), 20);
+        assert.equal(valueOf(exposition, 'mailroom_table_rows', { table: 'jobs', kind: 'live' }), 30);
+      } else {
+        assert.ok(tables.jobs.liveRows >= 0 && tables.jobs.deadRows >= 0, 'PGlite keeps no statistics to speak of: numbers, maybe zero');
+      }
+      assert.deepEqual(Object.keys(tables).filter((name) => !['jobs', 'job_errors', 'outbox', 'outbox_keys', 'inbox', 'ordering_keys', 'idempotency_keys'].includes(name)), []);
+    });
+
     it('mailroom.metrics(): the registry is made on first use (no listeners before), is the instance\'s own, and one stats() serves a scrape', async () => {
       const t = await db.open({ metrics: { prefix: 'app_' } });
       const { mailroom } = t;

@@ -12,6 +12,7 @@ export interface AdminQueries {
   queueCounts: NamedQuery;
   completedLastMinute: NamedQuery;
   failedLastMinute: NamedQuery;
+  tableHealth: NamedQuery;
 }
 
 /** What `jobs.cancel` and a dead-letter discard do to a job (the ordering triggers hand its key on). */
@@ -28,11 +29,25 @@ export function retrySet(budget: string): string {
               expires_at = CASE WHEN state IN ('dead', 'cancelled') THEN now() + (expires_at - created_at) ELSE expires_at END`;
 }
 
+/** The schema's name as an SQL string literal, from its quoted identifier (validated: letters, digits and _ only). */
+function schemaLiteral(quotedSchema: string): string {
+  return `'${quotedSchema.slice(1, -1)}'`;
+}
+
 /** Builds the admin statements for a quoted schema name. */
 export function adminQueries(quotedSchema: string): AdminQueries {
   const s = quotedSchema;
   const q = namedQueries(quotedSchema);
   return {
+    // $1 table names. Live and dead row versions of mailroom's busiest tables, and the time since
+    // their last vacuum, from PostgreSQL's statistics (approximate; all zero on PGlite).
+    tableHealth: q(
+      'table_health',
+      `SELECT relname AS table, n_live_tup::float8 AS live, n_dead_tup::float8 AS dead,
+              extract(epoch FROM now() - greatest(last_vacuum, last_autovacuum))::float8 AS since_vacuum
+         FROM pg_stat_user_tables
+        WHERE schemaname = ${schemaLiteral(s)} AND relname = ANY ($1::text[])`,
+    ),
     // $1 id. Waiting and dead jobs can be cancelled; an active one is left to finish.
     cancel: q(
       'cancel',

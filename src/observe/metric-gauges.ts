@@ -100,6 +100,20 @@ export function registerStatsMetrics(source: MetricsSource, registry: Registry, 
       for (const [group, g] of Object.entries(consumers)) this.set({ group }, g.lag);
     },
   });
+  new Gauge({
+    name: `${prefix}mailroom_table_rows`,
+    help: `Row versions of mailroom's busiest tables by kind (live, dead: not yet vacuumed), from PostgreSQL's statistics; many more dead than live is bloat ${CLUSTER}`,
+    labelNames: ['table', 'kind'],
+    registers,
+    async collect() {
+      const { tables } = await snapshot();
+      this.reset();
+      for (const [table, t] of Object.entries(tables)) {
+        this.set({ table, kind: 'live' }, t.liveRows);
+        this.set({ table, kind: 'dead' }, t.deadRows);
+      }
+    },
+  });
   new Counter({
     name: `${prefix}mailroom_consumer_duplicates_rejected_total`,
     help: `Redeliveries the group's inbox acknowledged without running the handler, cluster-wide since the group was made ${CLUSTER}`,
