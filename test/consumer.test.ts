@@ -18,6 +18,7 @@ const credited = defineEvent<{ account: string; cents: number }>('consumer.accou
 const other = defineEvent<{ n: number }>('consumer.other-happened', { version: 1 });
 const placedV1 = defineEvent('consumer.order-placed', { version: 1, schema: z.object({ orderId: z.string(), total: z.number().default(0) }) });
 const placedV2 = defineEvent('consumer.order-placed', { version: 2, schema: z.object({ orderId: z.number() }) });
+const paid = defineEvent('consumer.amount-paid', { version: 1, schema: z.object({ amount: z.string().transform(Number) }) });
 
 async function balances(t: TestMailroom): Promise<Record<string, number>> {
   const rows = await t.sql<{ id: string; balance: number }>(`SELECT id, balance FROM "${t.schema}".accounts ORDER BY id`);
@@ -114,9 +115,9 @@ for (const db of testDatabases()) {
       assert.equal(letter.attempts, 1, 'not retried');
       assert.match(letter.message ?? '', new RegExp(`^consumer shipping: event ${breaking} \\(consumer\\.order-placed v2\\) against consumer\\.order-placed v1's schema: invalid payload: data\\.orderId: `));
       assert.deepEqual(
-        plainSeen.sort((a, b) => JSON.stringify(a).localeCompare(JSON.stringify(b))),
-        [{ orderId: 'o-1', total: 0 }, { orderId: 7 }],
-        'each version checked against its own definition (v1 with its default applied)',
+        plainSeen.sort((a, b) => String((a as { orderId: unknown }).orderId).localeCompare(String((b as { orderId: unknown }).orderId))),
+        [{ orderId: 7 }, { orderId: 'o-1', total: 0 }],
+        'each as its own version was published (v1 with its default applied at publish)',
       );
       assert.ok(good);
     });
@@ -135,6 +136,21 @@ for (const db of testDatabases()) {
       await consumer.stop();
       const keys = await t.sql<{ event_id: string }>(`SELECT event_id::text AS event_id FROM "${t.schema}".inbox WHERE consumer_group = 'skipper'`);
       assert.deepEqual(keys.map((k) => k.event_id), [id]);
+    });
+
+    it('an event published by a mailroom under the handler\'s own type and version is not checked again: a schema with transforms runs once, at publish', async () => {
+      const t = await db.open();
+      const seen: unknown[] = [];
+      const consumer = t.mailroom.consumer({ group: 'payments', pollInterval: 20, handlers: { [paid.type]: handleEvent(paid, (event) => void seen.push(event.data)) } });
+      await consumer.start();
+      const relay = t.mailroom.relay({ pollInterval: 20 });
+      await relay.start();
+      const done = waitForEvents(consumer.worker, 'completed', 1);
+      await t.mailroom.publish(paid, { amount: '12' });
+      await done;
+      await relay.stop();
+      await consumer.stop();
+      assert.deepEqual(seen, [{ amount: 12 }], "the schema's output as publish stored it, not refused as input a second time");
     });
 
     it('the group\'s retry policy applies to its events: backoff and attempts, its classifier, its timeout', async () => {

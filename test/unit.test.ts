@@ -9,7 +9,8 @@ import { describe, test } from 'node:test';
 import { z } from 'zod';
 import * as zm from 'zod/mini';
 import { toMilliseconds } from '../src/duration.ts';
-import { defineJob, PermanentError, RateLimitedError, RetryableError, snooze, isSnooze, ValidationError } from '../src/index.ts';
+import { defineEvent, defineJob, fromEnvelope, PermanentError, RateLimitedError, RetryableError, snooze, isSnooze, ValidationError } from '../src/index.ts';
+import { checkedEvent } from '../src/consumers/check-payload.ts';
 import { assertName, quoteSchema } from '../src/identifiers.ts';
 import { isUuid, newId } from '../src/ids.ts';
 import { DEFAULT_MAX_PAYLOAD_BYTES, serializePayload } from '../src/payload.ts';
@@ -398,6 +399,24 @@ describe('retry horizon', () => {
     const aged = resolveRetryPolicy({ maxAttempts: 3, maxAge: '1h' }, 'unit');
     assert.equal(retryHorizonMs({ retry: aged }), 3_600_000);
     assert.equal(retryHorizonMs({ retry: aged, timeoutMs: 60_000 }), 3_660_000, 'an attempt may start just before the age runs out');
+  });
+});
+
+describe('payload check at consume', () => {
+  const sold = defineEvent('unit.item-sold', { version: 1, schema: z.object({ cents: z.string().transform(Number) }) });
+  const foreign = (data: unknown, extra: Record<string, unknown> = {}) =>
+    fromEnvelope({ specversion: '1.0', id: 'ext-1', source: 'https://other.example', type: sold.type, data, ...extra });
+
+  test('an event of another producer is checked against the definition and gets its output; one that does not match is a ValidationError naming the field', async () => {
+    assert.deepEqual((await checkedEvent(foreign({ cents: '250' }), sold as never, 'g')).data, { cents: 250 });
+    await assert.rejects(checkedEvent(foreign({ cents: 250 }), undefined, 'g'), (e: unknown) => e instanceof ValidationError && /^consumer g: event ext-1 \(unit\.item-sold v1\): invalid payload: data\.cents: /.test(e.message));
+  });
+
+  test("a mailroom's own event of the definition's type and version is taken as stored (validated at publish)", async () => {
+    const ours = foreign({ cents: 250 }, { dataschema: `urn:mailroom:${sold.type}:v1` });
+    assert.equal(await checkedEvent(ours, sold as never, 'g'), ours);
+    const older = foreign({ cents: 250 }, { dataschema: `urn:mailroom:${sold.type}:v2` });
+    await assert.rejects(checkedEvent(older, sold as never, 'g'), /against unit\.item-sold v1's schema: invalid payload/);
   });
 });
 
