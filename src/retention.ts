@@ -105,7 +105,7 @@ export function checkRetentionAgainst(policy: RetentionPolicy, definitions: Iter
     }
     if (policy.deadAgeMs < horizon) {
       throw new ValidationError(
-        `retention.dead.age (${policy.deadAgeMs} ms) is shorter than the retry horizon of job ${def.name} (${horizon} ms: ${def.retry.maxAttempts} attempts, backoff up to ${def.retry.maxMs} ms${def.retry.maxAgeMs !== null ? `, maxAge ${def.retry.maxAgeMs} ms` : ''}); keep dead jobs longer or shorten that job's retries`,
+        `retention.dead.age (${policy.deadAgeMs} ms) is shorter than the retry horizon of job ${def.name} (${horizon} ms: ${def.retry.maxAttempts} attempts, backoff up to ${def.retry.maxMs} ms${def.retry.maxAgeMs !== null ? `, maxAge ${def.retry.maxAgeMs} ms` : ''}${def.timeoutMs !== null ? `, runs of up to ${def.timeoutMs} ms` : ''}); keep dead jobs longer or shorten that job's retries`,
       [{ path: 'retention.dead.age', message: 'shorter than a retry horizon' }],
       );
     }

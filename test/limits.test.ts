@@ -144,8 +144,12 @@ for (const db of testDatabases()) {
       // Which queues claim through their control row: a limit, or a back-off still running.
       const { controlledAmong } = controlQueries(`"${schema}"`);
       const controlled = async () => (await sql<{ queue: string }>(controlledAmong.text, [['removable', 'paused', 'was-paused']])).map((r) => r.queue).sort();
-      await sql(`INSERT INTO "${schema}".queue_controls (queue, paused_until) VALUES ('paused', now() + interval '1 hour'), ('was-paused', now() - interval '1 second')`);
-      assert.deepEqual(await controlled(), ['paused']);
+      await sql(
+        `INSERT INTO "${schema}".queue_controls (queue, paused_until) VALUES ('paused', now() + interval '1 hour'), ('recently-paused', now() - interval '1 second'), ('was-paused', now() - interval '61 minutes')`,
+      );
+      assert.deepEqual(await controlled(), ['paused'], 'limits removed, and a back-off that ended over an hour ago, no longer route claims through the lock');
+      const all = async () => (await sql<{ queue: string }>(controlledAmong.text, [['paused', 'recently-paused', 'was-paused']])).map((r) => r.queue).sort();
+      assert.deepEqual(await all(), ['paused', 'recently-paused'], 'a back-off that ended within the hour still routes claims through the lock (another 429 is seen at once)');
       await sql(`UPDATE "${schema}".queue_controls SET concurrency = 2 WHERE queue = 'was-paused'`);
       assert.deepEqual(await controlled(), ['paused', 'was-paused']);
     });

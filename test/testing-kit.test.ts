@@ -7,7 +7,7 @@ import { describe, it } from 'node:test';
 import assert from 'node:assert/strict';
 import { spawn } from 'node:child_process';
 import pg from 'pg';
-import { defineEvent, defineJob, handle, handleEvent, MailroomError, PermanentError, snooze, ValidationError, type ConsumerSource } from '../src/index.ts';
+import { cancel, defineEvent, defineJob, handle, handleEvent, MailroomError, PermanentError, snooze, ValidationError, type ConsumerSource } from '../src/index.ts';
 import { createTestMailroom, deliverEvents, enqueuedJobs, publishedEvents, runJobs } from '../src/testing/index.ts';
 import { databaseUrl, testDatabases, uniqueSchema } from './helpers/databases.ts';
 
@@ -186,11 +186,12 @@ for (const db of testDatabases()) {
           [welcome.name]: handle(welcome, async (job) => {
             sent.push(job.data.email);
             if (job.data.email === 'a@example.com') await mailroom.enqueue(welcome, { email: 'follow-up@example.com' });
+            if (job.data.email === 'follow-up@example.com') return cancel('unsubscribed meanwhile');
           }),
         },
       });
       assert.deepEqual(sent.sort(), ['a@example.com', 'b@example.com', 'follow-up@example.com']);
-      assert.deepEqual([result.completed, result.retrying, result.dead, result.snoozed], [3, 0, 0, 0]);
+      assert.deepEqual([result.completed, result.retrying, result.dead, result.snoozed, result.cancelled], [2, 0, 0, 0, 1]);
       assert.deepEqual((await enqueuedJobs(mailroom, welcome)).map((j) => j.data.email), ['later@example.com'], 'the later job still waits');
       assert.deepEqual((await enqueuedJobs(mailroom, report)).map((j) => j.state), ['available'], 'another queue is not touched');
     });

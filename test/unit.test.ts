@@ -231,6 +231,16 @@ describe('default classifier', () => {
     const dated = new RetryableError('busy', { after: inAMinute }).afterMs!;
     assert.ok(dated > 55_000 && dated <= 60_000, `an HTTP date a minute ahead is about 60 s, got ${dated}`);
     assert.equal(new RetryableError('busy', { after: 'Wed, 21 Oct 2015 07:28:00 GMT' }).afterMs, 0, 'a date in the past is now');
+    const asctime = new Date(Date.now() + 120_000);
+    const months = ['Jan', 'Feb', 'Mar', 'Apr', 'May', 'Jun', 'Jul', 'Aug', 'Sep', 'Oct', 'Nov', 'Dec'];
+    const days = ['Sun', 'Mon', 'Tue', 'Wed', 'Thu', 'Fri', 'Sat'];
+    const two = (n: number) => String(n).padStart(2, '0');
+    const asc = `${days[asctime.getUTCDay()]} ${months[asctime.getUTCMonth()]} ${String(asctime.getUTCDate()).padStart(2, ' ')} ${two(asctime.getUTCHours())}:${two(asctime.getUTCMinutes())}:${two(asctime.getUTCSeconds())} ${asctime.getUTCFullYear()}`;
+    const ascMs = new RetryableError('busy', { after: asc }).afterMs!;
+    assert.ok(ascMs > 115_000 && ascMs <= 120_000, `asctime (${asc}) is read in GMT: ${ascMs}`);
+    const year = 366 * 24 * 3600_000;
+    assert.equal(new RetryableError('busy', { after: '9999999999999999999' }).afterMs, year, 'a wait longer than a year is a year (a run time must fit a timestamp)');
+    assert.equal(new RateLimitedError('slow', { after: 1e20 }).afterMs, year);
     assert.equal(new RetryableError('busy', { after: new Date(Date.now() - 5) }).afterMs, 0);
     assert.equal(new RetryableError('busy', { after: null }).afterMs, undefined, 'headers.get() of an absent header');
     assert.deepEqual(defaultClassifier(new RetryableError('busy', { after: null })), { category: 'transient', retry: true });

@@ -23,7 +23,7 @@ export const migrateCommand: CommandSpec = {
     const chosen = chooseDatabase(values, loaded?.config);
     const schema = schemaOption(values.schema ?? loaded?.config.schema, 'mailroom');
     // A code config that passes its own pool or PGlite instance: used as it is, and left open.
-    const kind = isTarget(chosen) ? chosen.kind : 'postgres';
+    const kind = isTarget(chosen) ? chosen.kind : typeof (chosen as { exec?: unknown }).exec === 'function' ? 'embedded' : 'postgres'; // PGlite has exec()
     const location = isTarget(chosen) ? describeTarget(chosen) : `the database ${loaded!.display} passes`;
     const db = isTarget(chosen) ? await openDatabase(chosen, 2) : { handle: chosen, close: async () => {} };
     let applied: number[];

@@ -49,7 +49,7 @@ export interface ConsumerDeps {
 const BACKFILL_BATCH = 500;
 const PRUNE_BATCH = 1000;
 const MAX_PRUNE_BATCHES = 100;
-const FORWARDED = ['started', 'completed', 'failed', 'snoozed', 'stale', 'rate-limited', 'released'] as const;
+const FORWARDED = ['started', 'completed', 'failed', 'snoozed', 'cancelled', 'stale', 'rate-limited', 'released'] as const;
 
 /**
  * A consumer group for internal events: its subscription, and a worker on the

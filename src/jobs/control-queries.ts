@@ -24,12 +24,13 @@ export function controlQueries(quotedSchema: string): ControlQueries {
        ON CONFLICT (queue) DO UPDATE
          SET rate_max = EXCLUDED.rate_max, rate_per_ms = EXCLUDED.rate_per_ms, concurrency = EXCLUDED.concurrency, updated_at = now()`,
     ),
-    // $1 queues: those with a limit, or backed off now (a back-off that has ended, or limits removed,
-    // leave a row that no longer sends the queue's claims through its lock).
+    // $1 queues: those with a limit, or backed off within the last hour (a provider that said 429
+    // may say it again, and a process learns of a new back-off only through the control row's lock;
+    // an hour after the last one, or with limits removed, the row no longer sends claims through it).
     controlledAmong: q(
       'controlled_queues',
       `SELECT queue FROM ${s}.queue_controls
-        WHERE queue = ANY($1::text[]) AND (rate_max IS NOT NULL OR concurrency IS NOT NULL OR paused_until > now())`,
+        WHERE queue = ANY($1::text[]) AND (rate_max IS NOT NULL OR concurrency IS NOT NULL OR paused_until > now() - interval '1 hour')`,
     ),
     // $1 queue, $2 batch size, $3 lease ms, $4 worker id. Claims of a controlled queue take its control
     // row's lock, so every process sees the same window and the same count of active jobs.

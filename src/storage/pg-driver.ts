@@ -205,6 +205,7 @@ function poolLocation(pool: pg.Pool): string {
     try {
       const url = new URL(o.connectionString);
       url.password = '';
+      url.search = ''; // node-postgres also reads a password (and sslpassword) from the query string
       return url.toString();
     } catch {
       return 'the PostgreSQL server of the connection string';

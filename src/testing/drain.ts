@@ -51,6 +51,8 @@ export interface DrainResult {
   /** Jobs sent to the dead-letter queue. */
   dead: number;
   snoozed: number;
+  /** Jobs whose handler returned `cancel(reason)` (runJobs only: for an event, cancel() counts as completed). */
+  cancelled: number;
   /** Events acknowledged without running a handler: their inbox key existed (deliverEvents only). */
   duplicates: number;
   /** Every failed attempt, in order. */
@@ -64,6 +66,7 @@ interface Runner {
   on(event: 'completed', listener: () => void): unknown;
   on(event: 'failed', listener: (job: JobEventRef, detail: { category: string; message: string; dead: boolean }) => void): unknown;
   on(event: 'snoozed', listener: () => void): unknown;
+  on(event: 'cancelled', listener: () => void): unknown;
   on(event: 'error', listener: (error: unknown) => void): unknown;
 }
 
@@ -143,10 +146,11 @@ interface DrainSettings {
 
 async function drain(mailroom: Mailroom, runner: Runner, queues: readonly string[], settings: DrainSettings): Promise<DrainResult> {
   const timeoutMs = toMilliseconds(settings.timeout ?? '30s', `${settings.what} timeout`);
-  const result: DrainResult = { completed: 0, retrying: 0, dead: 0, snoozed: 0, duplicates: 0, failures: [] };
+  const result: DrainResult = { completed: 0, retrying: 0, dead: 0, snoozed: 0, cancelled: 0, duplicates: 0, failures: [] };
   let broken: unknown = null;
   runner.on('completed', () => result.completed++);
   runner.on('snoozed', () => result.snoozed++);
+  runner.on('cancelled', () => result.cancelled++);
   runner.on('failed', (job, detail) => {
     if (detail.dead) result.dead++;
     else result.retrying++;

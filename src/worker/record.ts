@@ -42,22 +42,15 @@ export async function recordOutcome(
   tx: HandlerTransaction | undefined,
   inboxKey?: InboxKey,
 ): Promise<Recorded> {
-  if (tx?.isOpen && outcome.kind === 'cancelled') {
-    // The handler's writes commit with the cancel, as with a completion.
-    try {
-      return (await tx.commitWith(cancelInTransaction(deps.queries, row.id, row.claim_count, outcome.reason))) ? outcome : { kind: 'stale' };
-    } catch (error) {
-      deps.report(error); // nothing happened; the lease expires and the job runs again
-      return { kind: 'unknown' };
-    }
-  }
-  if (tx?.isOpen && (outcome.kind === 'completed' || outcome.kind === 'snoozed')) {
+  if (tx?.isOpen && (outcome.kind === 'completed' || outcome.kind === 'snoozed' || outcome.kind === 'cancelled')) {
     // The handler's own writes and the fenced state change commit together, or not at all.
     let dead = false;
     const finish =
       outcome.kind === 'completed'
         ? completeInTransaction(deps.queries, row.id, row.claim_count)
-        : rescheduleInTransaction(deps.queries, row.id, row.claim_count, outcome.delayMs, pastMaxAge(outcome), () => (dead = true));
+        : outcome.kind === 'cancelled'
+          ? cancelInTransaction(deps.queries, row.id, row.claim_count, outcome.reason)
+          : rescheduleInTransaction(deps.queries, row.id, row.claim_count, outcome.delayMs, pastMaxAge(outcome), () => (dead = true));
     try {
       if (!(await tx.commitWith(finish))) return { kind: 'stale' };
     } catch (error) {
@@ -71,7 +64,7 @@ export async function recordOutcome(
       deps.report(error); // The commit failed: nothing happened; the lease expires and the job runs again.
       return { kind: 'unknown' };
     }
-    if (outcome.kind === 'completed') return { kind: 'completed' };
+    if (outcome.kind === 'completed' || outcome.kind === 'cancelled') return outcome;
     return dead ? deadPastMaxAge(outcome) : { kind: 'snoozed', delayMs: outcome.delayMs };
   }
   await tx?.rollback();
