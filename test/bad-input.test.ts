@@ -107,6 +107,13 @@ test('a server that cannot be reached, a database that does not exist: the error
   } finally {
     await refused.close();
   }
+  // node-postgres reads a password from the query string too: it is left out as well.
+  const inQuery = await createMailroom({ database: 'postgres://app@127.0.0.1:1/shop?password=s3cret&sslpassword=t0p' });
+  try {
+    await assert.rejects(inQuery.migrate(), (e: unknown) => e instanceof Error && /at postgres:\/\/app@127\.0\.0\.1:1\/shop:/.test(e.message) && !/s3cret|t0p/.test(e.message));
+  } finally {
+    await inQuery.close();
+  }
   if (databaseUrl === undefined) return;
   const url = new URL(databaseUrl);
   url.pathname = '/mailroom_no_such_db';
