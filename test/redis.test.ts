@@ -9,6 +9,7 @@ import { Redis } from 'ioredis';
 import { ceiling } from '../bench/brokers/redis-ceiling.ts';
 import { ADD_SCRIPT, dedupKey, eventArguments } from '../src/brokers/redis/add-script.ts';
 import { guardKeys, markOf, MARK_SCRIPT } from '../src/brokers/redis/mark-script.ts';
+import { respOf } from '../src/brokers/redis/encoded-command.ts';
 import { wireTextOf } from '../src/brokers/wire.ts';
 import { redisSource, redisStreams } from '../src/brokers/redis/index.ts';
 import type { SafetyWarning } from '../src/brokers/safety.ts';
@@ -175,6 +176,25 @@ describe('redis target', { skip }, () => {
         [batch[2]!.envelope.id, 'order-1', undefined, TRACEPARENT, 'corr-3', 'order-1'],
         [batch[3]!.envelope.id, 'order-4', undefined, undefined, undefined, 'shard-9'],
       ],
+    );
+    assert.deepEqual(entries.map((f) => JSON.parse(f.body!)), batch.map((e) => e.envelope));
+  });
+
+  test('text beyond ASCII (keys, headers, short and long bodies) arrives byte for byte, guarded by id and by mark', async () => {
+    const p = await pair();
+    const target = p.target();
+    const texts = ['é', 'ключ-☃', '🚚'.repeat(40), 'x'.repeat(63) + 'ü', 'ß'.repeat(200)];
+    const batch = texts.map((text, i) => {
+      const [made] = events(1, `order-${text}`);
+      const envelope = { ...made!.envelope, correlationid: `corr-${text}`, data: { text } };
+      return { position: String(100 + i), xid: '7', envelope };
+    });
+    await target.publish(batch.slice(0, 2), relayContext);
+    await target.publish(batch.slice(2), { ...relayContext, origin: originOf() });
+    const entries = (await p.admin.xrange(p.stream, '-', '+')).map(([, f]) => fieldsOf(f));
+    assert.deepEqual(
+      entries.map((f) => [f.key, f.partitionkey, f.correlationid]),
+      texts.map((text) => [`order-${text}`, `order-${text}`, `corr-${text}`]),
     );
     assert.deepEqual(entries.map((f) => JSON.parse(f.body!)), batch.map((e) => e.envelope));
   });
@@ -889,6 +909,16 @@ describe('redis safety checks', { skip }, () => {
     } finally {
       await target.close?.();
     }
+  });
+});
+
+describe('redis command encoding', () => {
+  test('respOf writes RESP bulk strings with byte lengths (not character counts), numbers as text, short and long arguments alike', () => {
+    assert.equal(respOf('GET', ['orders']).toString('latin1'), '*2\r\n$3\r\nGET\r\n$6\r\norders\r\n');
+    const long = 'ü'.repeat(40); // 80 bytes: written apart from the text around it
+    const encoded = respOf('EVALSHA', ['é', 17, long, '', 'tail']);
+    assert.equal(encoded.toString('utf8'), `*6\r\n$7\r\nEVALSHA\r\n$2\r\né\r\n$2\r\n17\r\n$80\r\n${long}\r\n$0\r\n\r\n$4\r\ntail\r\n`);
+    assert.equal(encoded.length, Buffer.byteLength(encoded.toString('utf8')));
   });
 });
 

@@ -7,7 +7,7 @@
  * anything else by a dedup key per event id (add-script.ts).
  */
 import { randomBytes } from 'node:crypto';
-import type { ChainableCommander, Redis } from 'ioredis';
+import { Pipeline, type Redis } from 'ioredis';
 import { MailroomError } from '../../errors.ts';
 import type { RelayContext, RelayedEvent, RelayTarget } from '../../relay/target.ts';
 import type { SafetyWarning, TargetCheckContext } from '../safety.ts';
@@ -17,6 +17,7 @@ import { ADD_SCRIPT, ADD_SCRIPT_SHA, dedupKey, eventArguments, EVENTS_PER_CALL }
 import { guardKeys, markOf, MARK_SCRIPT, MARK_SCRIPT_SHA } from './mark-script.ts';
 import { dedupWindowWarning, guardByIdWarning, serverWarnings, warningSubject } from './check.ts';
 import { RedisConnection, reason } from './connection.ts';
+import { EncodedCommand } from './encoded-command.ts';
 import { redactUrl, resolveTargetOptions, type RedisTargetOptions, type ResolvedTargetOptions } from './options.ts';
 
 /**
@@ -79,7 +80,7 @@ class RedisStreamsTarget implements RelayTarget {
 
   private async send(events: readonly RelayedEvent[], after: RelayedEvent | undefined, origin: string | undefined): Promise<void> {
     const client = await this.connection.get();
-    const pipeline = client.pipeline();
+    const pipeline = new Pipeline(client);
     const runs = origin === undefined ? this.byId(pipeline, events, after) : this.byMark(pipeline, events, after, origin);
     let replies: [Error | null, unknown][] | null;
     try {
@@ -106,7 +107,7 @@ class RedisStreamsTarget implements RelayTarget {
    * The relay's batch, guarded by marks (see mark-script.ts): one call per run,
    * the batch's highest mark on the last. Returns the index of each run's first event.
    */
-  private byMark(pipeline: ChainableCommander, events: readonly RelayedEvent[], after: RelayedEvent | undefined, origin: string): number[] {
+  private byMark(pipeline: Pipeline, events: readonly RelayedEvent[], after: RelayedEvent | undefined, origin: string): number[] {
     const { stream, maxLen } = this.options;
     const keys = [stream, ...guardKeys(stream, origin)];
     const attempt = randomBytes(8).toString('hex');
@@ -118,20 +119,19 @@ class RedisStreamsTarget implements RelayTarget {
     for (let start = 0; start < events.length; start += EVENTS_PER_CALL) {
       runs.push(start);
       const end = Math.min(start + EVENTS_PER_CALL, events.length);
-      // Strings only: ioredis then writes the pipeline as one string instead of copying Buffers together.
       const args: (string | number)[] = [MARK_SCRIPT_SHA, keys.length, ...keys, attempt, end === events.length ? highest : '', before, maxLen ?? '', CLOUDEVENTS_CONTENT_TYPE];
       for (let i = start; i < end; i++) {
         args.push(marks[i]!);
         eventArguments(args, wireTextOf(events[i]!));
       }
       before = marks[end - 1]!;
-      pipeline.call('EVALSHA', args);
+      pipeline.sendCommand(new EncodedCommand('EVALSHA', args));
     }
     return runs;
   }
 
   /** Events published without the relay's origin, guarded by a dedup key per event id. Returns the index of each run's first event. */
-  private byId(pipeline: ChainableCommander, events: readonly RelayedEvent[], after: RelayedEvent | undefined): number[] {
+  private byId(pipeline: Pipeline, events: readonly RelayedEvent[], after: RelayedEvent | undefined): number[] {
     const { stream, dedupWindowMs, maxLen } = this.options;
     let previous: string | null = after === undefined ? null : dedupKey(stream, storedRowOf(after).id);
     const runs: number[] = [];
@@ -146,7 +146,7 @@ class RedisStreamsTarget implements RelayTarget {
         eventArguments(args, message);
         previous = key;
       }
-      pipeline.call('EVALSHA', [ADD_SCRIPT_SHA, keys.length, ...keys, ...args]);
+      pipeline.sendCommand(new EncodedCommand('EVALSHA', [ADD_SCRIPT_SHA, keys.length, ...keys, ...args]));
     }
     return runs;
   }

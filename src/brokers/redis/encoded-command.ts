@@ -1,0 +1,66 @@
+/**
+ * A Redis command that mailroom writes in the protocol's bytes itself. ioredis
+ * writes a command as one string concatenated from every argument's pieces;
+ * for a script call of 100 events (about 600 arguments) that string is a rope
+ * of some 3,000 pieces, and flattening it to write it to the socket cost the
+ * relay about 3 µs of Node CPU per event. Written here into one Buffer (short
+ * arguments gathered into one string, long ones written apart), the same
+ * bytes cost about 1.2 µs. ioredis's own script commands override
+ * `toWritable` the same way.
+ */
+import { Command } from 'ioredis';
+
+/** Arguments at least this long are written into the Buffer on their own; shorter ones join the text around them. */
+const LONG_ARGUMENT = 64;
+
+/**
+ * A command's name and arguments as a RESP array of bulk strings, in UTF-8
+ * (numbers as their decimal text).
+ *
+ * @example
+ * respOf('GET', ['orders']).toString() // '*2\r\n$3\r\nGET\r\n$6\r\norders\r\n'
+ */
+export function respOf(name: string, args: readonly (string | number)[]): Buffer {
+  const pieces: string[] = [];
+  let text = `*${args.length + 1}\r\n$${Buffer.byteLength(name)}\r\n${name}\r\n`;
+  let length = 0;
+  for (const value of args) {
+    const arg = typeof value === 'string' ? value : String(value);
+    const bytes = Buffer.byteLength(arg);
+    text += `$${bytes}\r\n`;
+    if (bytes < LONG_ARGUMENT) {
+      text += `${arg}\r\n`;
+    } else {
+      pieces.push(text, arg);
+      length += Buffer.byteLength(text) + bytes;
+      text = '\r\n';
+    }
+  }
+  pieces.push(text);
+  length += Buffer.byteLength(text);
+  const out = Buffer.allocUnsafe(length);
+  let offset = 0;
+  for (const piece of pieces) offset += out.write(piece, offset);
+  return out;
+}
+
+/**
+ * A command whose bytes are encoded once, when it is made (see the module
+ * comment). Its `args` are left empty: nothing reads them for a command sent
+ * through a pipeline on a single server, and they would be 600 strings kept twice.
+ *
+ * @example
+ * pipeline.sendCommand(new EncodedCommand('EVALSHA', [sha, 1, stream, ...values]));
+ */
+export class EncodedCommand extends Command {
+  readonly #bytes: Buffer;
+
+  constructor(name: string, args: readonly (string | number)[]) {
+    super(name, []);
+    this.#bytes = respOf(name, args);
+  }
+
+  override toWritable(): Buffer {
+    return this.#bytes;
+  }
+}
