@@ -14,6 +14,7 @@ import { testDatabases, type TestMailroom } from './helpers/databases.ts';
 import { withJsm } from './helpers/brokers/nats.ts';
 import { DEFAULT_MAX_MESSAGE_SIZE, setMaxMessageSize, withConnection } from './helpers/brokers/rabbitmq.ts';
 import { flushUntil } from './helpers/relay.ts';
+import { eventually } from './helpers/events.ts';
 
 const NATS_URL = process.env.NATS_URL;
 const RABBITMQ_URL = process.env.RABBITMQ_URL;
@@ -474,16 +475,15 @@ for (const db of testDatabases()) {
       const relay = mailroom.relay({ internal: false, to: [target], batchSize: 10 });
       const parked: ParkedEvent[] = [];
       relay.on('parked', (info) => parked.push(info));
-      let first = await relay.flush();
       // Another test's open transaction on the shared server can hold the fence: the flush then
       // delivers nothing without calling the target, so flush again until it was called.
-      const deadline = Date.now() + 15_000;
-      while (steals === 0 && Date.now() < deadline) {
-        await new Promise((r) => setTimeout(r, 20));
+      let first: Awaited<ReturnType<Relay['flush']>> | undefined;
+      await eventually(async () => {
         first = await relay.flush();
-      }
+        return steals > 0;
+      }, 15_000, 'a flush that calls the target');
       assert.equal(steals, 1);
-      assert.equal(first.picky!.delivered, 0);
+      assert.equal(first!.picky!.delivered, 0);
       assert.deepEqual(await parkedRows(t), [], 'the fenced park wrote nothing for the relay that lost its lease');
       assert.deepEqual(parked, []);
       await flushUntil(relay, 2, 'picky', 15_000, mailroom);

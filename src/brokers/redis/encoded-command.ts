@@ -46,8 +46,9 @@ export function respOf(name: string, args: readonly (string | number)[]): Buffer
 
 /**
  * A command whose bytes are encoded once, when it is made (see the module
- * comment). Its `args` are left empty: nothing reads them for a command sent
- * through a pipeline on a single server, and they would be 600 strings kept twice.
+ * comment). Its `args` are left empty (they would be 600 strings kept twice):
+ * ioredis reads them only for subscribe replies, `SELECT`, its debug log and
+ * its tracing, which then show the command without its arguments.
  *
  * @example
  * pipeline.sendCommand(new EncodedCommand('EVALSHA', [sha, 1, stream, ...values]));
