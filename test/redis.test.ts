@@ -302,9 +302,9 @@ describe('redis target', { skip }, () => {
     const later = at([[14, 9], [15, 7]]);
     await target.publish(byPosition(later), context);
     assert.deepEqual(await streamIds(p), idsOf([...further, ...byPosition(later)]));
-    const [state, added] = guardKeys(p.stream, origin);
+    const [state, marks] = guardKeys(p.stream, origin);
     assert.equal(await p.admin.hget(state, 'done'), markOf({ xid: '15', position: '7' }));
-    assert.equal(await p.admin.zcard(added), 0, 'no marks kept past whole batches');
+    assert.equal(await p.admin.exists(marks), 0, 'no marks kept past whole batches');
     for (const e of [...further, ...later]) assert.equal(await p.admin.exists(dedupKey(p.stream, e.envelope.id)), 0, 'no key per event');
     // Without the origin (a republished parked event), the dedup key per event id guards instead.
     const [parked] = events(1);
@@ -330,7 +330,7 @@ describe('redis target', { skip }, () => {
     const expected = [...firstIds, ...idsOf(retry).filter((id) => !firstIds.includes(id))];
     assert.deepEqual(await streamIds(p), expected);
     assert.equal(new Set(expected).size, 250);
-    assert.equal(await p.admin.zcard(guardKeys(p.stream, origin)[1]), 0);
+    assert.equal(await p.admin.exists(guardKeys(p.stream, origin)[1]), 0);
 
     // Two attempts interleaved (a relay that lost its lease still sending): A's first call, all of B (a shorter
     // batch from the same cursor), then A's second call.
@@ -346,7 +346,7 @@ describe('redis target', { skip }, () => {
     assert.equal(ids.length, 450);
     assert.deepEqual(new Set(ids), new Set([...idsOf(outbox), ...idsOf(later)]), 'each event once');
     assert.equal(await p.admin.hget(guardKeys(p.stream, origin)[0], 'done'), highest);
-    assert.equal(await p.admin.zcard(guardKeys(p.stream, origin)[1]), 0);
+    assert.equal(await p.admin.exists(guardKeys(p.stream, origin)[1]), 0);
 
     // An XADD that fails (the key is no stream) adds nothing; the call after it is refused; the retry adds all.
     const last = byPosition(at([[300, 600], [300, 601], [301, 602]]));
@@ -358,6 +358,31 @@ describe('redis target', { skip }, () => {
     await p.admin.rename(`${p.stream}:aside`, p.stream);
     await target.publish(last, context);
     assert.deepEqual((await streamIds(p)).slice(450), idsOf(last));
+  });
+
+  test("within one attempt, a call goes in only behind the previous call's last event: the guard keeps the attempt's marks in one string and checks its end", async () => {
+    const p = await pair();
+    const origin = originOf();
+    const batch = relayBatch(at(Array.from({ length: 10 }, (_, i): [number, number] => [50, i + 1])), 10);
+    const highest = batch.map(markOf).sort().at(-1)!;
+    const [state, marks] = guardKeys(p.stream, origin);
+    assert.equal(await markCall(p, origin, 'X', batch.slice(0, 5)), 5);
+    assert.equal(await p.admin.get(marks), batch.slice(0, 5).map(markOf).join(''), 'the marks added, in order');
+    // The sixth event never went in (its call was lost): a call behind it is refused, though earlier events are kept.
+    await assert.rejects(markCall(p, origin, 'X', batch.slice(6), { before: markOf(batch[5]!), batchEnd: highest }), /MAILROOM_ORDER/);
+    await assert.rejects(markCall(p, origin, 'X', batch.slice(6), { before: markOf(batch[3]!), batchEnd: highest }), /MAILROOM_ORDER/);
+    assert.equal(await p.admin.xlen(p.stream), 5, 'nothing added by the refused calls');
+    assert.equal(await markCall(p, origin, 'X', batch.slice(5), { before: markOf(batch[4]!), batchEnd: highest }), 5);
+    assert.deepEqual(await streamIds(p), idsOf(batch));
+    assert.equal(await p.admin.hget(state, 'done'), highest);
+    assert.equal(await p.admin.exists(marks), 0, 'the string is deleted after the whole batch');
+    // Left part-way by one attempt, the batch retried whole by the next adds only what is missing, and keeps no mark.
+    const next = relayBatch(at(Array.from({ length: 10 }, (_, i): [number, number] => [60, i + 20])), 10);
+    assert.equal(await markCall(p, origin, 'Y', next.slice(0, 4)), 4);
+    assert.equal(await markCall(p, origin, 'Z', next, { before: '', batchEnd: next.map(markOf).sort().at(-1)! }), 6);
+    assert.deepEqual(await streamIds(p), idsOf([...batch, ...next]));
+    assert.equal(await p.admin.exists(marks), 0);
+    assert.equal(await p.admin.hget(state, 'stale'), '0');
   });
 
   test('with an origin, a batch sent after an event (context.after) adds nothing until that event was added, then goes in behind it', async () => {
@@ -450,7 +475,7 @@ for (const db of testDatabases()) {
       assert.ok(!keys.some((k) => k.includes(":mailroom:dedup:")), `no key per event: ${keys.length} keys, e.g. ${keys.slice(0, 3).join(", ")}`);
       const state = keys.find((k) => /:mailroom:relayed:\d+:\d+:\d+$/.test(k));
       assert.ok(state, `the guard's state under the outbox's name: ${keys.join(', ')}`);
-      assert.equal(await p.admin.zcard(`${state}:added`), 0);
+      assert.equal(await p.admin.exists(`${state}:marks`), 0, 'no marks kept past whole batches');
     });
 
     test('a failure to read which outbox it is, other than a missing privilege, is not kept: once the database answers, the batches are guarded by their place', async () => {
