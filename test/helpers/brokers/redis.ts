@@ -126,11 +126,11 @@ function answersPing(port: number): Promise<boolean> {
   });
 }
 
-/** The dedup keys of a stream, for cleanup: `{stream}:mailroom:dedup:*`. */
+/** A stream and mailroom's keys beside it, for cleanup: `{stream}:mailroom:*` (the dedup keys, and the relay guard's state and marks). */
 async function deleteStream(admin: Redis, stream: string): Promise<void> {
   let cursor = '0';
   do {
-    const [next, keys] = await admin.scan(cursor, 'MATCH', `{${stream}}:mailroom:dedup:*`, 'COUNT', 1000);
+    const [next, keys] = await admin.scan(cursor, 'MATCH', `{${stream}}:mailroom:*`, 'COUNT', 1000);
     cursor = next;
     if (keys.length > 0) await admin.del(...keys);
   } while (cursor !== '0');
