@@ -322,6 +322,16 @@ describe('UUIDv7 ids', () => {
     assert.ok(timestampOf(ids.at(-1)!) > t, 'after 4096 ids in one ms the timestamp moves on rather than wrapping');
   });
 
+  test('carry fresh random bits in every id, across many refills of the random pool', () => {
+    const t = Date.UTC(2033, 0, 1);
+    // The last 62 bits are random: 10,000 ids (about 40 refills of the 256-id pool) share none.
+    const tails = Array.from({ length: 10_000 }, () => newId(t).slice(-12));
+    assert.equal(new Set(tails).size, tails.length, 'no random tail repeats');
+    const counts = new Array<number>(16).fill(0);
+    for (const tail of tails) counts[parseInt(tail[0]!, 16)]!++;
+    for (const n of counts) assert.ok(n > 400 && n < 850, `the first random digit spreads evenly: ${counts.join(' ')}`);
+  });
+
   test('stay in order when the clock goes backwards', () => {
     const a = newId(Date.UTC(2032, 0, 1));
     const b = newId(Date.UTC(2032, 0, 1) - 5000);
