@@ -125,3 +125,29 @@ describe('a stored event', () => {
     assert.deepEqual({ ...text, body: Buffer.from(text.body, 'utf8') }, toWireMessage(byHand.envelope));
   });
 });
+
+describe('the envelope text of many types, versions and sources', () => {
+  /** The text as built before the quoted parts were kept: every part through JSON.stringify. */
+  const reference = (c: StoredEventColumns): string =>
+    '{"specversion":"1.0","id":' + JSON.stringify(c.id) + ',"source":' + JSON.stringify(c.source) + ',"type":' + JSON.stringify(c.type) +
+    ',"time":"' + c.time + '","datacontenttype":"application/json","dataschema":' + JSON.stringify(`urn:mailroom:${c.type}:v${c.version}`) +
+    (c.subject === null ? '' : ',"subject":' + JSON.stringify(c.subject) + ',"partitionkey":' + JSON.stringify(c.subject)) +
+    ',"data":' + c.data + '}';
+  const columns = (i: number, type: string, version: number, source: string): StoredEventColumns => ({
+    position: String(i), xid: '5', id: `01936f8e-1f2a-7000-8000-${String(i).padStart(12, '0')}`, type, subject: i % 3 === 0 ? null : `k"${i}`,
+    correlation_id: null, causation_id: null, traceparent: null, time: '2026-01-02T03:04:05.678Z', version, source, extensions: null, data: `{"i":${i}}`,
+  });
+
+  it('is the same text whichever type, version or source came before, past the limit of kept parts', () => {
+    const sources = ['mailroom://shop', 'mailroom://a"b\\c', 'mailroom://é😀\u001f', 'mailroom://shop'];
+    // 2,500 events: 1,200 distinct sources and types (past the 1,000 kept, so the caches start over), interleaved with repeats.
+    for (let i = 0; i < 2500; i++) {
+      const type = i % 2 === 0 ? `order.t${i % 1200}` : 'order.created';
+      const source = i % 5 === 0 ? `mailroom://s${i % 1200}` : sources[i % sources.length]!;
+      const c = columns(i, type, 1 + ((i * 7) % 3), source); // each type in several versions, version 1 among them
+      const text = storedEventRow(c).body;
+      assert.equal(text, reference(c), `event ${i}`);
+      assert.equal((JSON.parse(text) as { source: string }).source, source);
+    }
+  });
+});
