@@ -89,8 +89,8 @@ function quotedSource(source: string): string {
  * when null, extension attributes after them, `data` last. The id is the
  * text of a `uuid` column (hex digits and dashes: nothing to escape); the
  * type, its `dataschema` and the source are quoted once per distinct value
- * (five `JSON.stringify` calls per event took 1.4-1.5 µs of the 1,000-row
- * probe's events, 0.28 µs with the quoted parts kept).
+ * (a probe of 1,000 rows: 1.4-1.5 µs an envelope with a `JSON.stringify` for
+ * each of the five, 0.28 µs with only the subject's left).
  *
  * @example
  * envelopeText(columns) // '{"specversion":"1.0","id":"0190…","source":"mailroom://shop",…,"data":{"n":1}}'
