@@ -49,39 +49,32 @@ export function storedEventColumns(o: string): string {
           ${extensionsSql(o)} AS extensions, ${o}.data::text AS data`;
 }
 
-/** A type's JSON string and its `dataschema` per version; a source's JSON string. Few in any outbox. */
-const quotedTypes = new Map<string, { quoted: string; schemas: Map<number, string> }>();
+/** A type's JSON string, and its `dataschema`'s per version (made by `schemaText`). */
+interface QuotedType {
+  readonly quoted: string;
+  readonly schemas: Map<number, string>;
+  readonly schemaText: (version: number) => string;
+}
+
+/** The quoted parts of the types and sources seen: few in any outbox. */
+const quotedTypes = new Map<string, QuotedType>();
 const quotedSources = new Map<string, string>();
-/** Past this many types or sources the caches start over, so that unusual outboxes cannot grow them for good. */
+/** Past this many entries a map of quoted parts starts over, so that unusual outboxes cannot grow it for good. */
 const QUOTED_LIMIT = 1000;
 
-function quotedType(type: string): { quoted: string; schemas: Map<number, string> } {
-  let entry = quotedTypes.get(type);
-  if (entry === undefined) {
-    if (quotedTypes.size >= QUOTED_LIMIT) quotedTypes.clear();
-    entry = { quoted: JSON.stringify(type), schemas: new Map() };
-    quotedTypes.set(type, entry);
+/** `make(key)`, kept in `map` for the next call with the same key. */
+function kept<K, V>(map: Map<K, V>, key: K, make: (key: K) => V): V {
+  let value = map.get(key);
+  if (value === undefined) {
+    if (map.size >= QUOTED_LIMIT) map.clear();
+    value = make(key);
+    map.set(key, value);
   }
-  return entry;
+  return value;
 }
 
-function quotedSchema(entry: { schemas: Map<number, string> }, type: string, version: number): string {
-  let schema = entry.schemas.get(version);
-  if (schema === undefined) {
-    schema = JSON.stringify(`urn:mailroom:${type}:v${version}`);
-    entry.schemas.set(version, schema);
-  }
-  return schema;
-}
-
-function quotedSource(source: string): string {
-  let quoted = quotedSources.get(source);
-  if (quoted === undefined) {
-    if (quotedSources.size >= QUOTED_LIMIT) quotedSources.clear();
-    quoted = JSON.stringify(source);
-    quotedSources.set(source, quoted);
-  }
-  return quoted;
+function quotedTypeOf(type: string): QuotedType {
+  return { quoted: JSON.stringify(type), schemas: new Map(), schemaText: (version) => JSON.stringify(`urn:mailroom:${type}:v${version}`) };
 }
 
 /**
@@ -96,10 +89,10 @@ function quotedSource(source: string): string {
  * envelopeText(columns) // '{"specversion":"1.0","id":"0190…","source":"mailroom://shop",…,"data":{"n":1}}'
  */
 export function envelopeText(c: StoredEventColumns): string {
-  const type = quotedType(c.type);
+  const type = kept(quotedTypes, c.type, quotedTypeOf);
   let text =
-    '{"specversion":"1.0","id":"' + c.id + '","source":' + quotedSource(c.source) + ',"type":' + type.quoted +
-    ',"time":"' + c.time + '","datacontenttype":"application/json","dataschema":' + quotedSchema(type, c.type, c.version);
+    '{"specversion":"1.0","id":"' + c.id + '","source":' + kept(quotedSources, c.source, JSON.stringify) + ',"type":' + type.quoted +
+    ',"time":"' + c.time + '","datacontenttype":"application/json","dataschema":' + kept(type.schemas, c.version, type.schemaText);
   if (c.subject !== null) {
     const subject = JSON.stringify(c.subject);
     text += ',"subject":' + subject + ',"partitionkey":' + subject;

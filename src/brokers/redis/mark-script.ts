@@ -50,11 +50,15 @@ local attempt, batchEnd, before, maxlen, contentType = ARGV[1], ARGV[2], ARGV[3]
 local state = redis.call('HMGET', KEYS[2], 'done', 'attempt', 'stale')
 local done, stale = state[1] or '', tonumber(state[3] or '0')
 if state[2] ~= attempt then stale = redis.call('STRLEN', KEYS[3]) end
+local function keptMarks()
+  local list, marks = redis.call('GET', KEYS[3]) or '', {}
+  for i = 1, #list, ${MARK_LENGTH} do marks[#marks + 1] = string.sub(list, i, i + ${MARK_LENGTH - 1}) end
+  return marks
+end
 local seen = nil
 if stale > 0 then
   seen = {}
-  local list = redis.call('GET', KEYS[3]) or ''
-  for i = 1, #list, ${MARK_LENGTH} do seen[string.sub(list, i, i + ${MARK_LENGTH - 1})] = true end
+  for _, mark in ipairs(keptMarks()) do seen[mark] = true end
 end
 if before ~= '' and before > done and not (seen and seen[before]) and redis.call('GETRANGE', KEYS[3], -${MARK_LENGTH}, -1) ~= before then
   return redis.error_reply('MAILROOM_ORDER the event before this run was not added; the batch is retried as a whole')
@@ -80,9 +84,8 @@ if n > 0 then redis.call('APPEND', KEYS[3], table.concat(marks)) end
 if failure == nil and batchEnd ~= '' then
   if batchEnd > done then done = batchEnd end
   if stale > 0 then
-    local list, keep = redis.call('GET', KEYS[3]) or '', {}
-    for i = 1, #list, ${MARK_LENGTH} do
-      local mark = string.sub(list, i, i + ${MARK_LENGTH - 1})
+    local keep = {}
+    for _, mark in ipairs(keptMarks()) do
       if mark > done then keep[#keep + 1] = mark end
     end
     if #keep > 0 then redis.call('SET', KEYS[3], table.concat(keep)) else redis.call('DEL', KEYS[3]) end
