@@ -16,6 +16,7 @@ import { eventually } from './helpers/events.ts';
 import { flushUntil } from './helpers/relay.ts';
 
 const happened = defineEvent<{ n: number }>('relay.happened', { version: 1 });
+const padded = defineEvent<{ n: number; pad: string }>('relay.padded', { version: 1 });
 
 function capture(name = 'capture', readAhead = false): RelayTarget & { envelopes: CloudEventEnvelope[]; ns(): number[] } {
   const envelopes: CloudEventEnvelope[] = [];
@@ -513,6 +514,42 @@ for (const db of testDatabases()) {
           }
         },
       );
+    }
+
+    for (const readAhead of [false, true]) {
+      it(`with the default batch size, reads grow during a backlog and start over after it; a given batchSize stays (${readAhead ? 'read-ahead' : 'transactional'} target)`, async () => {
+        const t = await db.open();
+        const sizes: number[] = [];
+        const target: RelayTarget = { name: 'sizes', readAhead, publish: async (events) => void sizes.push(events.length) };
+        const publish = async (from: number, count: number, pad = '') => {
+          for (let i = 0; i < count; i += 500) {
+            await t.mailroom.publishMany(padded, Array.from({ length: Math.min(500, count - i) }, (_, k) => ({ n: from + i + k, pad })));
+          }
+        };
+        await publish(0, 2600);
+        const relay = t.mailroom.relay({ internal: false, to: [target] });
+        assert.equal((await relay.flush()).sizes?.delivered, 2600);
+        assert.deepEqual(sizes, [100, 200, 400, 800, 1000, 100], 'doubling from 100 to 1,000 while full batches leave more waiting');
+        sizes.length = 0;
+        await publish(2600, 150);
+        assert.equal((await relay.flush()).sizes?.delivered, 150);
+        assert.deepEqual(sizes, [100, 50], 'after the backlog was gone, back to 100');
+
+        // Large envelopes: a batch of 100 holds 100 x 30,000 characters; twice that would pass 4 Mi, so reads do not grow.
+        sizes.length = 0;
+        await publish(2750, 350, 'x'.repeat(30_000));
+        assert.equal((await relay.flush()).sizes?.delivered, 350);
+        assert.deepEqual(sizes, [100, 100, 100, 50]);
+
+        // Given, the size is fixed.
+        sizes.length = 0;
+        await publish(3100, 450);
+        const fixed = t.mailroom.relay({ internal: false, to: [{ ...target, name: 'fixed' }], batchSize: 100 });
+        const delivered = (await fixed.flush()).fixed?.delivered;
+        assert.equal(delivered, 3550, 'a new target starts at the beginning of the outbox');
+        assert.ok(sizes.length === 36 && sizes.every((n) => n <= 100), `batches of at most 100: ${sizes.join(', ')}`);
+        await Promise.all([relay.stop(), fixed.stop()]);
+      });
     }
   });
 }

@@ -4,7 +4,7 @@
  * event, from the database's clock: outbox commit -> job stored (relay,
  * broker, ingest) -> job completed (worker). Prints percentiles of each.
  *
- *   npx tsx bench/brokers/lag-probe.ts   (env: BROKER=rabbitmq|nats|redis, INTERNAL=1, RATE, SECONDS, KEYS, PER_TX, RBATCH, SECONDLY=1 for each second's percentiles, ROUNDS=1, KEEP=1)
+ *   npx tsx bench/brokers/lag-probe.ts   (env: BROKER=rabbitmq|nats|redis, INTERNAL=1, RATE, SECONDS, KEYS, PER_TX, RBATCH (the relay's batchSize; unset: its default), SECONDLY=1 for each second's percentiles, ROUNDS=1, KEEP=1)
  */
 import pg from 'pg';
 import { createMailroom } from '../../dist/index.js';
@@ -41,7 +41,8 @@ const consumer = mailroom.consumer({
 });
 consumer.on('warning', () => {});
 await consumer.start();
-const batchSize = Number(process.env.RBATCH ?? 100);
+// RBATCH unset: the relay's default batch size (growing during a backlog).
+const batchSize = process.env.RBATCH === undefined ? undefined : Number(process.env.RBATCH);
 const relay = mailroom.relay(internal ? { pollInterval: 50, batchSize } : { to: [setup.target(name)], internal: false, pollInterval: 50, batchSize });
 relay.on('warning', () => {});
 relay.on('held-back', () => {});

@@ -13,7 +13,12 @@ export interface RelayOptions {
   to?: RelayTarget[];
   /** Fan events out to the consumer groups of this database. Default true. */
   internal?: boolean;
-  /** Events per batch (one transaction). Default 100. A batch grows past it only to keep a key's events together. */
+  /**
+   * Events per batch (one round: one transaction, or one broker confirm). Left out: 100, doubling
+   * after each full batch while a backlog lasts, up to 1,000 (while a batch's envelopes stay within
+   * 4 Mi characters), and back to 100 once the backlog is gone. Given: always this many. A batch
+   * grows past it only to keep a key's events together.
+   */
   batchSize?: number;
   /** How often to look for events when no NOTIFY arrives. Default `'1s'`. */
   pollInterval?: Duration;
@@ -41,7 +46,8 @@ export interface RelayOptions {
 /** Relay options validated, with defaults filled in. */
 export interface ResolvedRelayOptions {
   targets: RelayTarget[];
-  batchSize: number;
+  /** Undefined: the default, which grows during a backlog (see `ReadSize`). */
+  batchSize: number | undefined;
   pollMs: number;
   leaseMs: number;
   retentionMs: number;
@@ -75,8 +81,8 @@ export function resolveRelayOptions(options: RelayOptions, internal: RelayTarget
   if (dup !== undefined) throw invalid('to', `relay: two targets are named ${JSON.stringify(dup)}; each target needs its own name (it names its cursor)`);
   const targets = options.internal === false ? [...extra] : [internal, ...extra];
   if (targets.length === 0) throw invalid('to', 'relay: no targets (internal: false and no to)');
-  const batchSize = options.batchSize ?? 100;
-  if (!Number.isInteger(batchSize) || batchSize < 1 || batchSize > 10_000) {
+  const batchSize = options.batchSize;
+  if (batchSize !== undefined && (!Number.isInteger(batchSize) || batchSize < 1 || batchSize > 10_000)) {
     throw invalid('batchSize', `relay: batchSize must be an integer from 1 to 10000, got ${String(options.batchSize)}`);
   }
   const leaseMs = toMilliseconds(options.lease ?? '30s', 'relay lease');

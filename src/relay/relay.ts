@@ -16,6 +16,7 @@ import { ParkedEvents, type ParkedEvent } from './parking.ts';
 import { RefusedEventError } from './refused.ts';
 import { Waker } from '../worker/waker.ts';
 import { WakeGate, type WakeGateQueries } from '../storage/wake-gate.ts';
+import { ReadSize } from './read-size.ts';
 
 /** Events a relay emits. */
 export interface RelayEvents {
@@ -60,6 +61,8 @@ interface TargetState {
   emptyAgain: number;
   /** The target's parked events its cursor has not passed: left out of its batches. */
   parked: ParkedEvents;
+  /** How many rows the next read asks for. */
+  readSize: ReadSize;
 }
 
 /** A batch read ahead; `sent` settles with true when a pipelined target's conditional send of it was confirmed. */
@@ -138,6 +141,7 @@ export class Relay extends SafeEmitter<RelayEvents> {
       ahead: null,
       emptyAgain: 0,
       parked: new ParkedEvents(driver, queries, target.name),
+      readSize: ReadSize.of(this.options.batchSize),
     }));
   }
 
@@ -410,7 +414,8 @@ export class Relay extends SafeEmitter<RelayEvents> {
         if (!row) return { kind: 'lost' };
         const cursor = { xid: BigInt(row.cursor_xid), position: BigInt(row.cursor_position) };
         start = cursor;
-        const plan = await planBatch(tx, this.queries, cursor, fence, this.options.batchSize);
+        const plan = await planBatch(tx, this.queries, cursor, fence, s.readSize.current);
+        s.readSize.after(plan);
         if (plan.rows.length === 0 || plan.cursor === null) {
           return { kind: 'done', delivered: 0, exhausted: plan.exhausted, blockedBy: plan.blockedBy, fence, cursor };
         }
@@ -481,7 +486,7 @@ export class Relay extends SafeEmitter<RelayEvents> {
     const name = s.target.name;
     const origin = await this.origin();
     const read = (from: OutboxPoint | null) =>
-      readBatch({ driver: this.driver, queries: this.queries, target: name, holder: this.id, token, leaseMs: this.options.leaseMs, batchSize: this.options.batchSize, from });
+      readBatch({ driver: this.driver, queries: this.queries, target: name, holder: this.id, token, leaseMs: this.options.leaseMs, batchSize: s.readSize.current, from });
     const ahead = s.ahead === null ? null : await s.ahead.catch((error: unknown) => (this.report(error), null));
     s.ahead = null;
     let batch = ahead?.batch ?? null;
@@ -493,6 +498,7 @@ export class Relay extends SafeEmitter<RelayEvents> {
     }
     if (batch === null) return { kind: 'lost' };
     const { plan } = batch;
+    s.readSize.after(plan);
     const events = s.parked.without(batch.events);
     const { fence } = plan;
     if (plan.cursor === null || batch.events.length === 0) {
