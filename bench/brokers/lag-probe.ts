@@ -4,7 +4,7 @@
  * event, from the database's clock: outbox commit -> job stored (relay,
  * broker, ingest) -> job completed (worker). Prints percentiles of each.
  *
- *   npx tsx bench/brokers/lag-probe.ts   (env: BROKER=rabbitmq|nats|redis, INTERNAL=1, RATE, SECONDS, KEYS, PER_TX, RBATCH (the relay's batchSize; unset: its default), SECONDLY=1 for each second's percentiles, ROUNDS=1, KEEP=1)
+ *   npx tsx bench/brokers/lag-probe.ts   (env: BROKER=rabbitmq|nats|redis, INTERNAL=1, RATE, SECONDS, KEYS, PER_TX, RBATCH (the relay's batchSize; unset: its default), SECONDLY=1 for each second's percentiles, MONITOR=1 for the relay's and the group's backlog each second, ROUNDS=1, KEEP=1)
  */
 import pg from 'pg';
 import { createMailroom } from '../../dist/index.js';
@@ -52,6 +52,15 @@ relay.on('delivered', (info: { count: number }) => { rounds++; deliveries.push({
 let held = 0;
 relay.on('held-back', () => held++);
 await relay.start();
+// MONITOR=1: each second, the events the relay has not delivered and the group's unfinished jobs.
+const monitor = process.env.MONITOR
+  ? setInterval(() => {
+      void mailroom.stats().then((st) => {
+        const r = Object.values(st.relay)[0];
+        console.log(`  [monitor] relay unpublished ${r?.unpublished}, group unfinished ${st.consumers.bench?.unfinished}, handled ${handled}`);
+      });
+    }, 1000)
+  : undefined;
 const started = performance.now();
 const inFlight = new Set<Promise<unknown>>();
 for (let sent = 0; sent < total; ) {
@@ -68,6 +77,7 @@ for (let sent = 0; sent < total; ) {
 await Promise.all(inFlight);
 await producers.close();
 await atMost(all, 60_000);
+clearInterval(monitor);
 await consumer.stop();
 await relay.stop();
 const c = new pg.Client(url);

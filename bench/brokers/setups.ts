@@ -1,7 +1,8 @@
 /**
  * What the broker benchmarks need per broker: a target, a source, a
  * destination made ready and removed, and the broker's own ceiling with the
- * relay's messages. Used by main.ts and relay-alone.ts.
+ * relay's messages. Used by main.ts, relay-alone.ts, lag-probe.ts and
+ * ingest-alone.ts. SOURCE_PREFETCH sets the sources' prefetch (default 500).
  */
 import { connect as amqpConnect } from 'amqplib';
 import { defineEvent, toEnvelope, toWireMessage, type ConsumerSource, type RelayTarget } from '../../dist/index.js';
@@ -41,7 +42,7 @@ export function setups(urls: Record<Kind, string>): Record<Kind, BrokerSetup> {
   return {
     rabbitmq: {
       target: (name) => rabbitmq({ url: urls.rabbitmq, exchange: name }),
-      source: (name) => rabbitmqSource({ url: urls.rabbitmq, queue: name, prefetch: 500, declare: { exchange: name, bindingKeys: ['#'] } }),
+      source: (name) => rabbitmqSource({ url: urls.rabbitmq, queue: name, prefetch: Number(process.env.SOURCE_PREFETCH ?? 500), declare: { exchange: name, bindingKeys: ['#'] } }),
       async prepare(name) {
         const c = await amqpConnect(urls.rabbitmq);
         const ch = await c.createChannel();
@@ -61,7 +62,7 @@ export function setups(urls: Record<Kind, string>): Record<Kind, BrokerSetup> {
     },
     nats: {
       target: (name) => nats({ url: urls.nats, stream: name }),
-      source: (name) => natsSource({ url: urls.nats, stream: name, prefetch: 500, from: 'earliest' }),
+      source: (name) => natsSource({ url: urls.nats, stream: name, prefetch: Number(process.env.SOURCE_PREFETCH ?? 500), from: 'earliest' }),
       async prepare(name) {
         // The stream as the target declares it, made before a consumer looks for it.
         const { connect } = await import('@nats-io/transport-node');
@@ -81,7 +82,7 @@ export function setups(urls: Record<Kind, string>): Record<Kind, BrokerSetup> {
     },
     redis: {
       target: (name) => redisStreams({ url: urls.redis, stream: name }),
-      source: (name) => redisSource({ url: urls.redis, stream: name, prefetch: 500, from: 'earliest' }),
+      source: (name) => redisSource({ url: urls.redis, stream: name, prefetch: Number(process.env.SOURCE_PREFETCH ?? 500), from: 'earliest' }),
       async prepare() {},
       async cleanup(name) {
         const { Redis } = await import('ioredis');
