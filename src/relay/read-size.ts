@@ -7,9 +7,10 @@
  * {@link GROWN_BATCH_SIZE}, as long as a batch's envelopes stay within
  * {@link BATCH_CHARACTERS}; a read that reaches the end of what can be
  * delivered starts over. A target whose every round waits for a broker's
- * confirm (RabbitMQ: 10-30 ms here) moves about one batch per wait, so at
- * 100 rows a round the relay fell behind at 4,000 events a second, and at
- * 1,000 it kept up (docs/BENCHMARKS.md, session 22).
+ * confirm (RabbitMQ: 10-30 ms here) moves about one batch per wait: with
+ * 50,000 events waiting, the relay to RabbitMQ moved 12,660-16,198 events/s
+ * at a fixed 100 and 24,265-24,716 growing (docs/BENCHMARKS.md, session 22).
+ * While events trickle in, reads come back short and stay at the base.
  */
 import type { BatchPlan } from './read-batch.ts';
 
