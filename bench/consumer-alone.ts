@@ -5,7 +5,7 @@
  * inbox key); events/s from the relay's start to the last handler. A handler
  * that never opens ctx.tx has its inbox key written with the batched completion.
  *
- *   npm run build && npx tsx bench/consumer-alone.ts   (env: N, CONC, PREFETCH, POOL, NOKEY, TX, ASYNC=1 for synchronous_commit off, LOG=1 to log statements)
+ *   npm run build && npx tsx bench/consumer-alone.ts   (env: N, CONC, PREFETCH, POOL, NOKEY, TX, RBATCH (the relay's batchSize, 1000; default: its default), ASYNC=1 for synchronous_commit off, LOG=1 to log statements)
  */
 import { createMailroom, defineEvent } from '../dist/index.js';
 import { createDatabase, dropDatabase } from './db.ts';
@@ -22,7 +22,7 @@ let handled = 0; let done: () => void; const all = new Promise<void>((r) => (don
 const c = m.consumer({ group: 'g', concurrency: Number(process.env.CONC ?? 50), prefetch: Number(process.env.PREFETCH ?? 200), handlers: { [ev.type]: async (_e, ctx) => { if (process.env.TX) await ctx.tx.query('SELECT 1'); if (++handled >= N) done(); } } });
 await c.start();
 for (let i = 0; i < N; i += 1000) await m.publishMany(ev, Array.from({ length: 1000 }, (_, j) => ({ n: i + j })), process.env.NOKEY ? {} : { key: (d) => `order-${d.n}` });
-const r = m.relay({ batchSize: 1000 }); await r.start();
+const r = m.relay(process.env.RBATCH === 'default' ? {} : { batchSize: Number(process.env.RBATCH ?? 1000) }); await r.start();
 const t0 = performance.now();
 await all;
 console.log(`consumer: ${N} in ${((performance.now() - t0) / 1000).toFixed(2)} s = ${Math.round(N / ((performance.now() - t0) / 1000))}/s`);
