@@ -14,6 +14,7 @@ import assert from 'node:assert/strict';
 import { spawn } from 'node:child_process';
 import { fileURLToPath } from 'node:url';
 import { defineEvent, toEnvelope, type Consumer, type ConsumedEvent, type ConsumerContext, type IngestedInfo, type Relay } from '../src/index.ts';
+import { DEFAULT_SOURCE_PREFETCH, type SourceMessage } from '../src/brokers/source.ts';
 import { databaseUrl, testDatabases, type TestMailroom } from './helpers/databases.ts';
 import type { BrokerFixture, BrokerPair } from './helpers/brokers/fixture.ts';
 import { fixture as natsFixture } from './helpers/brokers/nats.ts';
@@ -175,6 +176,25 @@ for (const fixture of FIXTURES) {
       const stats = await s.t.mailroom.stats();
       assert.equal(stats.relay[s.pair.target().name]?.unpublished, 0);
       assert.equal(stats.consumers.suite?.unfinished, 0);
+    });
+
+    it('a source left to its default delivers 250 messages and no more while none is acknowledged', async (tc) => {
+      const s = await setUp(tc, fixture);
+      const source = s.pair.source();
+      const delivered: SourceMessage[] = [];
+      const errors: unknown[] = [];
+      await source.start((message) => void delivered.push(message), { group: 'suite', handlerTimeoutMs: null, report: (e) => errors.push(e), warn: () => {} });
+      try {
+        await s.t.mailroom.publishMany(noted, Array.from({ length: 300 }, (_, n) => ({ key: `k${n}`, n })));
+        await s.relay.flush();
+        const deadline = Date.now() + 10_000;
+        while (delivered.length < DEFAULT_SOURCE_PREFETCH && Date.now() < deadline) await new Promise((r) => setTimeout(r, 20));
+        await new Promise((r) => setTimeout(r, 500));
+        assert.equal(delivered.length, DEFAULT_SOURCE_PREFETCH, `delivered ${delivered.length}; errors: ${errors.map(String).join(' | ')}`);
+        assert.equal(DEFAULT_SOURCE_PREFETCH, 250);
+      } finally {
+        await source.stop();
+      }
     });
 
     it('a duplicate publish takes effect once: a redelivery finds its job, a late one the inbox', async (tc) => {

@@ -6,6 +6,16 @@
  */
 import type { SafetyWarning } from './safety.ts';
 
+/**
+ * The built-in sources' default `prefetch`: messages delivered and not yet
+ * acknowledged at most. The broker sends more only after mailroom stored and
+ * acknowledged a batch, so this bounds how fast a group takes a backlog: 30,000
+ * keyed events were stored at 4.4-6.6k/s with 100 and 7.0-8.0k/s with 250 on
+ * the 2-core machine here (docs/BENCHMARKS.md, session 22). The messages in
+ * hand cost memory: lower it for large messages.
+ */
+export const DEFAULT_SOURCE_PREFETCH = 250;
+
 /** One message as a source delivers it. */
 export interface SourceMessage {
   /** The raw body (a CloudEvents 1.0 structured JSON document, or the data of a binary-mode event). */

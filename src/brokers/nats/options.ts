@@ -4,6 +4,7 @@
  */
 import { toMilliseconds, type Duration } from '../../duration.ts';
 import { ValidationError } from '../../errors.ts';
+import { DEFAULT_SOURCE_PREFETCH } from '../source.ts';
 
 /** Options of {@link nats}: the relay target publishing to a JetStream stream. */
 export interface NatsTargetOptions {
@@ -36,7 +37,7 @@ export interface NatsSourceOptions {
   filterSubject?: string;
   /** AckWait of a consumer this source creates. Default: the group's handler timeout, at least `'30s'`. */
   ackWait?: Duration;
-  /** Delivered, unacknowledged messages at most. Default 100. */
+  /** Delivered, unacknowledged messages at most. Default 250. */
   prefetch?: number;
   /** Where a consumer this source creates starts: `'now'` (new messages) or `'earliest'` (the whole stream). Default `'now'`. */
   from?: NatsStartFrom;
@@ -173,7 +174,7 @@ export function resolveSourceOptions(options: NatsSourceOptions): ResolvedNatsSo
   if (filter !== null && (typeof filter !== 'string' || !isFilterSubject(filter))) {
     throw invalid('filterSubject', `filterSubject must be a subject, wildcards '*' and a final '>' allowed (e.g. 'orders.order.*'), got ${JSON.stringify(o.filterSubject)}`);
   }
-  const prefetch = o.prefetch ?? 100;
+  const prefetch = o.prefetch ?? DEFAULT_SOURCE_PREFETCH;
   if (typeof prefetch !== 'number' || !Number.isInteger(prefetch) || prefetch < 1 || prefetch > 10_000) {
     throw invalid('prefetch', `prefetch must be an integer from 1 to 10000, got ${JSON.stringify(o.prefetch)}`);
   }

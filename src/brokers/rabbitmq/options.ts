@@ -5,6 +5,7 @@
 import type { Duration } from '../../duration.ts';
 import { toMilliseconds } from '../../duration.ts';
 import { ValidationError } from '../../errors.ts';
+import { DEFAULT_SOURCE_PREFETCH } from '../source.ts';
 import type { CloudEventEnvelope } from '../../events/envelope.ts';
 
 /** Options of `rabbitmq()`, the relay target. */
@@ -49,7 +50,7 @@ export interface RabbitMqSourceOptions {
   url: string;
   /** The queue to consume. */
   queue: string;
-  /** Delivered, unacknowledged messages at most (the channel's prefetch). Default 100. */
+  /** Delivered, unacknowledged messages at most (the channel's prefetch). Default 250. */
   prefetch?: number;
   /** Declare the exchange, a durable queue and its bindings on every connect. Without it the queue must exist. */
   declare?: RabbitMqDeclareOptions;
@@ -181,7 +182,7 @@ export function resolveSourceOptions(options: RabbitMqSourceOptions): ResolvedSo
   checkKnownKeys(options, ['url', 'queue', 'prefetch', 'declare'], 'source');
   const url = checkUrl(options.url);
   const queue = checkAmqpName(options.queue, 'queue', 'queue');
-  const prefetch = options.prefetch ?? 100;
+  const prefetch = options.prefetch ?? DEFAULT_SOURCE_PREFETCH;
   if (typeof prefetch !== 'number' || !Number.isInteger(prefetch) || prefetch < 1 || prefetch > MAX_PREFETCH) {
     throw invalid('prefetch', `prefetch must be an integer from 1 to ${MAX_PREFETCH}, got ${String(options.prefetch)}`);
   }

@@ -295,7 +295,7 @@ class RabbitMqConsumerSource implements RabbitMqSource {
 
 /**
  * A consumer source reading a RabbitMQ queue with manual acks: at most
- * `prefetch` (default 100) messages are delivered and not yet acknowledged;
+ * `prefetch` (default 250) messages are delivered and not yet acknowledged;
  * mailroom acks each one after storing it. With `declare` it declares the
  * exchange, a durable quorum (or classic) queue and its bindings; without it
  * the queue must exist.

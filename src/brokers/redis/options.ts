@@ -4,6 +4,7 @@
  */
 import { toMilliseconds, type Duration } from '../../duration.ts';
 import { ValidationError } from '../../errors.ts';
+import { DEFAULT_SOURCE_PREFETCH } from '../source.ts';
 
 /** Options of {@link redisStreams}, the relay target. */
 export interface RedisTargetOptions {
@@ -31,7 +32,7 @@ export interface RedisSourceOptions {
   group?: string;
   /** This reader's consumer name in the group. Default `<host>:<pid>:<random>`, new for every source. */
   consumer?: string;
-  /** Most entries delivered and not yet acknowledged at once. Default 100. */
+  /** Most entries delivered and not yet acknowledged at once. Default 250. */
   prefetch?: number;
   /**
    * An entry pending longer than this (its consumer died, or never acknowledged it)
@@ -65,7 +66,6 @@ export interface ResolvedSourceOptions {
 
 export const DEFAULT_DEDUP_WINDOW_MS = 24 * 3_600_000;
 export const DEFAULT_ACK_TIMEOUT_MS = 30_000;
-export const DEFAULT_PREFETCH = 100;
 export const MIN_CLAIM_IDLE_MS = 60_000;
 
 const TARGET_NAME = /^[A-Za-z0-9][A-Za-z0-9_.:-]{0,127}$/;
@@ -194,7 +194,7 @@ export function resolveTargetOptions(options: unknown): ResolvedTargetOptions {
  * Validates the source's options and fills in defaults.
  *
  * @example
- * resolveSourceOptions({ url: 'redis://127.0.0.1:6379', stream: 'orders' }).prefetch // 100
+ * resolveSourceOptions({ url: 'redis://127.0.0.1:6379', stream: 'orders' }).prefetch // 250
  */
 export function resolveSourceOptions(options: unknown): ResolvedSourceOptions {
   const o = record(options, 'redisSource');
@@ -206,7 +206,7 @@ export function resolveSourceOptions(options: unknown): ResolvedSourceOptions {
     stream: stream(o.stream),
     group: o.group === undefined ? null : redisName(o.group, 'group'),
     consumer: o.consumer === undefined ? null : redisName(o.consumer, 'consumer'),
-    prefetch: o.prefetch === undefined ? DEFAULT_PREFETCH : positiveInteger(o.prefetch, 'prefetch', 100_000),
+    prefetch: o.prefetch === undefined ? DEFAULT_SOURCE_PREFETCH : positiveInteger(o.prefetch, 'prefetch', 100_000),
     claimIdleMs: o.claimIdle === undefined ? null : duration(o.claimIdle, 'claimIdle', 100, '100ms'),
     from: (o.from as 'now' | 'earliest' | undefined) ?? 'now',
   };

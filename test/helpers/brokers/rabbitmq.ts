@@ -94,7 +94,7 @@ function makeSource(description: PairDescription, options?: { prefetch?: number 
   if (typeof brokerUrl !== 'string' || typeof queue !== 'string' || typeof exchange !== 'string') {
     throw new Error(`not a RabbitMQ pair description: ${JSON.stringify(description)}`);
   }
-  return rabbitmqSource({ url: brokerUrl, queue, prefetch: options?.prefetch ?? 100, declare: { exchange, type: 'quorum' } });
+  return rabbitmqSource({ url: brokerUrl, queue, ...(options?.prefetch === undefined ? {} : { prefetch: options.prefetch }), declare: { exchange, type: 'quorum' } });
 }
 
 async function rawPublisher(brokerUrl: string, exchange: string): Promise<RawPublisher> {
