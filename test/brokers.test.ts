@@ -16,6 +16,7 @@ import { fileURLToPath } from 'node:url';
 import { defineEvent, toEnvelope, type Consumer, type ConsumedEvent, type ConsumerContext, type IngestedInfo, type Relay } from '../src/index.ts';
 import { DEFAULT_SOURCE_PREFETCH, type SourceMessage } from '../src/brokers/source.ts';
 import { databaseUrl, testDatabases, type TestMailroom } from './helpers/databases.ts';
+import { flushUntil } from './helpers/relay.ts';
 import type { BrokerFixture, BrokerPair } from './helpers/brokers/fixture.ts';
 import { fixture as natsFixture } from './helpers/brokers/nats.ts';
 import { fixture as rabbitmqFixture } from './helpers/brokers/rabbitmq.ts';
@@ -186,7 +187,7 @@ for (const fixture of FIXTURES) {
       await source.start((message) => void delivered.push(message), { group: 'suite', handlerTimeoutMs: null, report: (e) => errors.push(e), warn: () => {} });
       try {
         await s.t.mailroom.publishMany(noted, Array.from({ length: 300 }, (_, n) => ({ key: `k${n}`, n })));
-        await s.relay.flush();
+        await flushUntil(s.relay, 300, s.pair.target().name);
         const deadline = Date.now() + 10_000;
         while (delivered.length < DEFAULT_SOURCE_PREFETCH && Date.now() < deadline) await new Promise((r) => setTimeout(r, 20));
         await new Promise((r) => setTimeout(r, 500));
