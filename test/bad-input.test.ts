@@ -144,6 +144,18 @@ for (const db of testDatabases()) {
       assert.equal(row!.n, 0, 'no event written');
     });
 
+    test('a relay batchSize that is not an integer from 1 to 10000 is refused, naming it; left out or null, the default', async () => {
+      const t = await openWithOneJob(db);
+      const { mailroom } = t;
+      for (const bad of [0, 1.5, 10_001, '100', Number.NaN]) {
+        await refused(t, () => mailroom.relay({ batchSize: bad } as never), [/^relay: batchSize must be an integer from 1 to 10000, got /]);
+      }
+      for (const fine of [undefined, null]) {
+        const relay = mailroom.relay({ internal: false, to: [{ name: `sizes-${String(fine)}`, publish: async () => {} }], batchSize: fine } as never);
+        await relay.stop();
+      }
+    });
+
     test('a handler named nearly like a job of the worker\'s queues, but not like any defined job, gets a process warning naming the job', async () => {
       const { mailroom } = await db.open();
       const job = defineJob(`bad.welcome-${db.name}.send`, { queue: `typo-${db.name}` });

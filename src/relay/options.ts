@@ -81,7 +81,8 @@ export function resolveRelayOptions(options: RelayOptions, internal: RelayTarget
   if (dup !== undefined) throw invalid('to', `relay: two targets are named ${JSON.stringify(dup)}; each target needs its own name (it names its cursor)`);
   const targets = options.internal === false ? [...extra] : [internal, ...extra];
   if (targets.length === 0) throw invalid('to', 'relay: no targets (internal: false and no to)');
-  const batchSize = options.batchSize;
+  // null means the default, as it did when the default was filled in here (and as for the other options).
+  const batchSize = options.batchSize ?? undefined;
   if (batchSize !== undefined && (!Number.isInteger(batchSize) || batchSize < 1 || batchSize > 10_000)) {
     throw invalid('batchSize', `relay: batchSize must be an integer from 1 to 10000, got ${String(options.batchSize)}`);
   }
