@@ -8,18 +8,14 @@
  */
 import { createMailroom, type Mailroom } from '../../dist/index.js';
 import { createDatabase, dropDatabase } from '../db.ts';
-import { noted, PAD, setups, type Kind } from './setups.ts';
+import { brokerUrls, noted, PAD, setups, type Kind } from './setups.ts';
 
 const kind = (process.env.BROKER ?? 'rabbitmq') as Kind;
 const N = Number(process.env.N ?? 30000);
 const KEYS = Number(process.env.KEYS ?? 10_000);
 const serverUrl = process.env.BENCH_DATABASE_URL ?? 'postgres://postgres@127.0.0.1:5432/postgres';
 const name = `mrbench_ingest_${Date.now().toString(36)}`;
-const setup = setups({
-  rabbitmq: process.env.RABBITMQ_URL ?? 'amqp://guest:guest@127.0.0.1:5672',
-  nats: process.env.NATS_URL ?? 'nats://127.0.0.1:4222',
-  redis: process.env.REDIS_URL ?? 'redis://127.0.0.1:6379',
-})[kind];
+const setup = setups(brokerUrls())[kind];
 if (!setup) throw new Error(`BROKER must be rabbitmq, nats or redis, got ${kind}`);
 
 let handled = 0;

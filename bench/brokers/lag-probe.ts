@@ -10,7 +10,7 @@ import pg from 'pg';
 import { createMailroom } from '../../dist/index.js';
 import { createDatabase, dropDatabase } from '../db.ts';
 import { atMost } from '../stats.ts';
-import { noted, PAD, setups, type Kind } from './setups.ts';
+import { brokerUrls, noted, PAD, setups, type Kind } from './setups.ts';
 
 const serverUrl = 'postgres://postgres@127.0.0.1:5432/postgres';
 const kind = (process.env.BROKER ?? 'rabbitmq') as Kind;
@@ -20,7 +20,7 @@ const seconds = Number(process.env.SECONDS ?? 5);
 const keys = Number(process.env.KEYS ?? 10_000);
 const perTx = Number(process.env.PER_TX ?? 1);
 const name = `mrbench_probe_${Date.now().toString(36)}`;
-const setup = setups({ rabbitmq: 'amqp://guest:guest@127.0.0.1:5672', nats: 'nats://127.0.0.1:4222', redis: 'redis://127.0.0.1:6379' })[kind];
+const setup = setups(brokerUrls())[kind];
 const url = await createDatabase(serverUrl, name);
 const mailroom = await createMailroom({ database: url, poolSize: 12 });
 await mailroom.migrate();

@@ -28,7 +28,7 @@ import { writeFile } from 'node:fs/promises';
 import { createMailroom, type Mailroom } from '../../dist/index.js';
 import { createDatabase, dropDatabase, enableAutovacuum } from '../db.ts';
 import { atMost, now, percentile, sleep } from '../stats.ts';
-import { noted, PAD, setups, type BrokerSetup, type Kind } from './setups.ts';
+import { brokerUrls, noted, PAD, setups, type BrokerSetup, type Kind } from './setups.ts';
 
 interface Config {
   messages: number;
@@ -80,11 +80,7 @@ function parseArgs(argv: string[]): Config {
     json: null,
     autovacuum: false,
     serverUrl: process.env.BENCH_DATABASE_URL ?? 'postgres://postgres@127.0.0.1:5432/postgres',
-    urls: {
-      rabbitmq: process.env.RABBITMQ_URL ?? 'amqp://guest:guest@127.0.0.1:5672',
-      nats: process.env.NATS_URL ?? 'nats://127.0.0.1:4222',
-      redis: process.env.REDIS_URL ?? 'redis://127.0.0.1:6379',
-    },
+    urls: brokerUrls(),
   };
   for (let i = 0; i < argv.length; i++) {
     const flag = argv[i]!;

@@ -10,7 +10,7 @@ import { createMailroom, type RelayTarget } from '../../dist/index.js';
 import { createDatabase, dropDatabase } from '../db.ts';
 import { now } from '../stats.ts';
 import { cpuSplit, formatCpuSplit, sampleCpu } from '../cpu-split.ts';
-import { noted, PAD, setups, type Kind } from './setups.ts';
+import { brokerUrls, noted, PAD, setups, type Kind } from './setups.ts';
 
 const N = Number(process.env.N ?? 20000);
 /** BATCH=default: the relay's default batch size (growing during a backlog). */
@@ -18,11 +18,7 @@ const BATCH = process.env.BATCH === 'default' ? undefined : Number(process.env.B
 const kind = process.env.TARGET ?? 'null';
 const serverUrl = process.env.BENCH_DATABASE_URL ?? 'postgres://postgres@127.0.0.1:5432/postgres';
 const name = `mrbench_relay_${Date.now().toString(36)}`;
-const brokers = setups({
-  rabbitmq: process.env.RABBITMQ_URL ?? 'amqp://guest:guest@127.0.0.1:5672',
-  nats: process.env.NATS_URL ?? 'nats://127.0.0.1:4222',
-  redis: process.env.REDIS_URL ?? 'redis://127.0.0.1:6379',
-});
+const brokers = setups(brokerUrls());
 const broker = kind === 'null' ? null : brokers[kind as Kind];
 if (kind !== 'null' && !broker) throw new Error(`TARGET must be null, rabbitmq, nats or redis, got ${kind}`);
 const target: RelayTarget = broker ? broker.target(name) : { name: 'null', publish: async () => {} };

@@ -38,6 +38,15 @@ const SAME_MESSAGES = (() => {
   return { bodyBytes: wire.body.byteLength, headers: { ...wire.headers } };
 })();
 
+/** The brokers' URLs: RABBITMQ_URL, NATS_URL and REDIS_URL, else this machine's servers on their standard ports. */
+export function brokerUrls(): Record<Kind, string> {
+  return {
+    rabbitmq: process.env.RABBITMQ_URL ?? 'amqp://guest:guest@127.0.0.1:5672',
+    nats: process.env.NATS_URL ?? 'nats://127.0.0.1:4222',
+    redis: process.env.REDIS_URL ?? 'redis://127.0.0.1:6379',
+  };
+}
+
 export function setups(urls: Record<Kind, string>): Record<Kind, BrokerSetup> {
   return {
     rabbitmq: {

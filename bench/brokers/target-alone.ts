@@ -10,16 +10,12 @@ import { randomUUID } from 'node:crypto';
 import { toEnvelope, type RelayedEvent } from '../../dist/index.js';
 import { now } from '../stats.ts';
 import { cpuSplit, formatCpuSplit, sampleCpu } from '../cpu-split.ts';
-import { noted, PAD, setups, type Kind } from './setups.ts';
+import { brokerUrls, noted, PAD, setups, type Kind } from './setups.ts';
 
 const N = Number(process.env.N ?? 40000);
 const BATCH = Number(process.env.BATCH ?? 1000);
 const kind = (process.env.TARGET ?? 'redis') as Kind;
-const brokers = setups({
-  rabbitmq: process.env.RABBITMQ_URL ?? 'amqp://guest:guest@127.0.0.1:5672',
-  nats: process.env.NATS_URL ?? 'nats://127.0.0.1:4222',
-  redis: process.env.REDIS_URL ?? 'redis://127.0.0.1:6379',
-});
+const brokers = setups(brokerUrls());
 const broker = brokers[kind];
 if (!broker) throw new Error(`TARGET must be rabbitmq, nats or redis, got ${kind}`);
 const name = `mrbench_target_${Date.now().toString(36)}`;
