@@ -445,7 +445,7 @@ $function$;
 -- Triggers
 
 CREATE TRIGGER jobs_notify_new AFTER INSERT ON :"schema".jobs REFERENCING NEW TABLE AS new_jobs FOR EACH STATEMENT EXECUTE FUNCTION :"schema".notify_new_jobs();
-CREATE TRIGGER jobs_ordering_acquire BEFORE INSERT ON :"schema".jobs FOR EACH ROW WHEN ((new.ordering_key IS NOT NULL)) EXECUTE FUNCTION :"schema".ordering_acquire();
+CREATE TRIGGER jobs_ordering_acquire BEFORE INSERT ON :"schema".jobs FOR EACH ROW WHEN (((new.ordering_key IS NOT NULL) AND (new.ordering_seq IS NULL))) EXECUTE FUNCTION :"schema".ordering_acquire();
 CREATE TRIGGER jobs_ordering_release AFTER UPDATE ON :"schema".jobs REFERENCING NEW TABLE AS released_new FOR EACH STATEMENT EXECUTE FUNCTION :"schema".ordering_release();
 CREATE TRIGGER jobs_ordering_release_deleted AFTER DELETE ON :"schema".jobs REFERENCING OLD TABLE AS released_old FOR EACH STATEMENT EXECUTE FUNCTION :"schema".ordering_release_deleted();
 CREATE TRIGGER jobs_ordering_retake BEFORE UPDATE OF state ON :"schema".jobs FOR EACH ROW WHEN (((new.ordering_key IS NOT NULL) AND (NOT ((old.state = ANY (ARRAY['scheduled'::text, 'available'::text, 'active'::text, 'retrying'::text])) OR ((old.state = 'dead'::text) AND old.hold_key_when_dead))) AND ((new.state = ANY (ARRAY['scheduled'::text, 'available'::text, 'active'::text, 'retrying'::text])) OR ((new.state = 'dead'::text) AND new.hold_key_when_dead)))) EXECUTE FUNCTION :"schema".ordering_acquire();

@@ -31,7 +31,7 @@ export function ingestQueries(quotedSchema: string): IngestQueries {
          FROM unnest($1::uuid[], $2::text[], $3::text[], $4::text[], $5::text[])
               WITH ORDINALITY AS e(id, type, key, correlation_id, envelope, ord)
          LEFT JOIN LATERAL (SELECT true AS stored FROM ${s}.jobs AS j WHERE j.id = e.id LIMIT 1) AS known ON true
-        CROSS JOIN LATERAL (SELECT e.envelope::jsonb AS doc) AS d
+        CROSS JOIN LATERAL (SELECT e.envelope::jsonb AS doc OFFSET 0) AS d
         WHERE known.stored IS NULL
         ORDER BY e.key NULLS FIRST, e.ord
        ON CONFLICT (id) DO NOTHING

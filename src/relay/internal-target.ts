@@ -7,12 +7,17 @@ import type { RelayedEvent, RelayTarget } from './target.ts';
 export const INTERNAL_TARGET = 'internal';
 
 /**
- * Inserts one job per (event, subscribed consumer group) through `db`;
- * `group` restricts it to one group (a backfill). Returns how many jobs were new.
+ * Inserts one job per (event, subscribed consumer group) through `db`, a
+ * transaction; `group` restricts it to one group (a backfill). A batch with
+ * keyed events first locks their keys in a statement of its own (see
+ * `lockKeys`). Returns how many jobs were new.
  */
 export async function fanOut(db: Queryable, queries: FanOutQueries, events: readonly RelayedEvent[], group: string | null = null): Promise<number> {
   if (events.length === 0) return 0;
   const rows = events.map(storedRowOf);
+  if (rows.some((r) => r.subject !== null)) {
+    await db.query(queries.lockKeys.text, [rows.map((r) => r.type), rows.map((r) => r.xid), rows.map((r) => r.subject), group]);
+  }
   const { rowCount } = await db.query(queries.fanOut.text, [
     rows.map((r) => r.id),
     rows.map((r) => r.type),
