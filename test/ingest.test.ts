@@ -97,6 +97,53 @@ for (const db of testDatabases()) {
       assert.equal(stats?.unfinished, 0);
     });
 
+    it('stores a batch\'s keyed messages with their key\'s order: each behind the one before it or a stored job of its key, a redelivery counting for nothing', async () => {
+      const t = await db.open();
+      const source = scriptedSource('warehouse');
+      let release: () => void = () => {};
+      const gate = new Promise<void>((r) => (release = r));
+      const ran: string[] = [];
+      const consumer = t.mailroom.consumer({
+        group: 'shipping',
+        source,
+        pollInterval: 20,
+        // Jobs of keys a and b are held by their handlers until the gate opens; those of c run through.
+        handlers: { [shipped.type]: handleEvent(shipped, async (event) => { ran.push(event.data.order); if (!event.data.order.startsWith('c')) await gate; }) },
+      });
+      await consumer.start();
+      const keyed = (order: string) => foreignEvent(`order-${order}`, { order }, { subject: order[0], partitionkey: order[0] });
+      // a1 is stored and held by its running handler; c1 is stored and completed.
+      const started = waitForEvents(consumer.worker, 'started', 1);
+      assert.equal(await source.push(keyed('a1')), 'ack');
+      await started;
+      const completed = waitForEvents(consumer.worker, 'completed', 1);
+      assert.equal(await source.push(keyed('c1')), 'ack');
+      await completed;
+      // One batch, with redeliveries of both.
+      const batch = ['a2', 'b1', 'a1', 'b2', 'c1', 'a3', 'c2'];
+      assert.deepEqual(await Promise.all(batch.map((order) => source.push(keyed(order)))), batch.map(() => 'ack'));
+      const rows = await t.sql<{ order: string; blocked: boolean }>(
+        `SELECT payload->'data'->>'order' AS order, blocked FROM "${t.schema}".jobs ORDER BY ordering_seq`,
+      );
+      assert.equal(rows.length, 7, 'one job per event');
+      const ofKey = (k: string) => rows.filter((r) => r.order.startsWith(k)).map((r) => `${r.order}:${r.blocked ? 'blocked' : 'runnable'}`);
+      assert.deepEqual(ofKey('a'), ['a1:runnable', 'a2:blocked', 'a3:blocked'], 'key a in delivery order, behind the stored a1');
+      assert.deepEqual(ofKey('b'), ['b1:runnable', 'b2:blocked'], 'key b in delivery order, b2 behind b1 of the same batch');
+      assert.deepEqual(ofKey('c'), ['c1:runnable', 'c2:runnable'], 'nothing queues behind the finished c1');
+      const keys = await t.sql<{ key: string }>(`SELECT key FROM "${t.schema}".ordering_keys ORDER BY key`);
+      assert.deepEqual(keys.map((k) => k.key), ['a', 'b', 'c'], 'the batches locked their keys');
+      release();
+      for (let waited = 0; ; waited += 20) {
+        const [{ n }] = (await t.sql<{ n: number }>(`SELECT count(*)::int AS n FROM "${t.schema}".jobs WHERE state = 'completed'`)) as [{ n: number }];
+        if (n === 7) break;
+        assert.ok(waited < 15_000, `${n} of 7 jobs completed after 15 s`);
+        await new Promise((r) => setTimeout(r, 20));
+      }
+      assert.deepEqual(ran.filter((o) => o.startsWith('a')), ['a1', 'a2', 'a3']);
+      assert.deepEqual(ran.filter((o) => o.startsWith('b')), ['b1', 'b2']);
+      await consumer.stop();
+    });
+
     it('a job that was already pruned is caught by the inbox: the redelivery runs no handler and is counted', async () => {
       const t = await db.open();
       const { source, consumer } = await shippingGroup(t);

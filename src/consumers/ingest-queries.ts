@@ -1,8 +1,10 @@
 import type { NamedQuery } from '../storage/driver.ts';
 import { namedQueries } from '../storage/named.ts';
+import { BEHIND_IN_BATCH, lockOrderingKeys, orderingValues } from '../jobs/ordering-sql.ts';
 
 /** Statements that store broker messages for a consumer group, for one quoted schema. Every value is a bind parameter. */
 export interface IngestQueries {
+  lockKeys: NamedQuery;
   storeEvents: NamedQuery;
   storeDeadLetters: NamedQuery;
 }
@@ -12,28 +14,37 @@ export function ingestQueries(quotedSchema: string): IngestQueries {
   const s = quotedSchema;
   const q = namedQueries(quotedSchema);
   return {
+    // $1 keys, $2 queue. The lock of the batch's keys (ordering-sql.ts, migration 18), in a
+    // statement of its own before `storeEvents`, so that its snapshot sees every job of those keys
+    // committed before the locks were granted.
+    lockKeys: q('ingest_lock_keys', lockOrderingKeys(s, `SELECT DISTINCT $2::text, k FROM unnest($1::text[]) AS k WHERE k IS NOT NULL`)),
     // $1 job ids, $2 types, $3 keys, $4 correlation ids, $5 envelopes (json text), $6 queue,
-    // $7 max attempts, $8 max age ms (null: none). A key's events in delivery order, so the ordering
-    // trigger queues them in the order the broker delivered them; the keys one after another in key
-    // order, so stores running at once take the key rows the trigger locks in the same order. A
-    // redelivery of a stored event is skipped before it reaches the trigger (there it would lock
-    // its key row, then wait for a completion of that job in flight, which waits for the key row:
-    // a deadlock); one racing the first delivery conflicts on the id. That check probes the primary
+    // $7 max attempts, $8 max age ms (null: none). The statement does the ordering trigger's work
+    // itself, set-wise, with the keys locked by `lockKeys`: a key's jobs get their ordering_seq in
+    // delivery order, and are blocked behind an earlier one of the batch or a stored job that
+    // keeps the key. A redelivery of a stored event is left out first (before it counts as an
+    // earlier job of its key, and before it reaches ON CONFLICT, where it would wait for a
+    // completion of that job in flight, which waits for the key's lock this transaction holds: a
+    // deadlock); one racing the first delivery conflicts on the id. That check probes the primary
     // key per message whatever the statistics say (a LATERAL subquery with LIMIT cannot become a
     // join): as `NOT EXISTS`, on statistics taken while the table was small, it hashed every job
     // of the table, completed history included, for each batch (44 ms for 200 messages at 20,000
-    // jobs, growing with the table; 7 ms probing).
+    // jobs, growing with the table; 7 ms probing). The envelope is parsed once per row (`OFFSET 0`:
+    // pulled up into the select list, it was parsed for the payload and again for traceparent).
     storeEvents: q(
       'ingest_events',
-      `INSERT INTO ${s}.jobs (id, queue, type, state, max_attempts, correlation_id, expires_at, payload, ordering_key, traceparent)
-       SELECT e.id, $6::text, e.type, 'available', $7::int, e.correlation_id,
-              now() + $8::bigint * interval '1 millisecond', d.doc, e.key, d.doc->>'traceparent'
-         FROM unnest($1::uuid[], $2::text[], $3::text[], $4::text[], $5::text[])
-              WITH ORDINALITY AS e(id, type, key, correlation_id, envelope, ord)
-         LEFT JOIN LATERAL (SELECT true AS stored FROM ${s}.jobs AS j WHERE j.id = e.id LIMIT 1) AS known ON true
-        CROSS JOIN LATERAL (SELECT e.envelope::jsonb AS doc OFFSET 0) AS d
-        WHERE known.stored IS NULL
-        ORDER BY e.key NULLS FIRST, e.ord
+      `INSERT INTO ${s}.jobs (id, queue, type, state, max_attempts, correlation_id, expires_at, payload, ordering_key, traceparent, ordering_seq, blocked)
+       SELECT c.id, c.queue, c.type, 'available', $7::int, c.correlation_id,
+              now() + $8::bigint * interval '1 millisecond', d.doc, c.key, d.doc->>'traceparent',
+              ${orderingValues(s, 'c')}
+         FROM (SELECT x.*, ${BEHIND_IN_BATCH('x.queue', 'x.key', 'x.ord')} AS behind
+                 FROM (SELECT e.id, $6::text AS queue, e.type, e.key, e.correlation_id, e.envelope, e.ord
+                         FROM unnest($1::uuid[], $2::text[], $3::text[], $4::text[], $5::text[])
+                              WITH ORDINALITY AS e(id, type, key, correlation_id, envelope, ord)
+                         LEFT JOIN LATERAL (SELECT true AS stored FROM ${s}.jobs AS j WHERE j.id = e.id LIMIT 1) AS known ON true
+                        WHERE known.stored IS NULL) AS x) AS c
+        CROSS JOIN LATERAL (SELECT c.envelope::jsonb AS doc OFFSET 0) AS d
+        ORDER BY c.key NULLS FIRST, c.ord
        ON CONFLICT (id) DO NOTHING
        RETURNING id`,
     ),

@@ -193,10 +193,12 @@ export class SourceIngest {
     const stored = await deps.driver.transaction(async (tx) => {
       let inserted = 0;
       if (events.length > 0) {
+        const keys = events.map((e) => e.key);
+        if (keys.some((key) => key !== null)) await tx.query(deps.queries.lockKeys.text, [keys, deps.queue]);
         const { rowCount } = await tx.query(deps.queries.storeEvents.text, [
           events.map((e) => e.jobId),
           events.map((e) => e.type),
-          events.map((e) => e.key),
+          keys,
           events.map((e) => e.correlationId),
           events.map((e) => e.json),
           deps.queue,

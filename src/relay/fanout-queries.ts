@@ -1,5 +1,6 @@
 import type { NamedQuery } from '../storage/driver.ts';
 import { namedQueries } from '../storage/named.ts';
+import { BEHIND_IN_BATCH, lockOrderingKeys, orderingValues } from '../jobs/ordering-sql.ts';
 
 /** Statements of the internal fan-out (events into the jobs of consumer groups), for one quoted schema. */
 export interface FanOutQueries {
@@ -28,9 +29,6 @@ const GROUPS_OF_EVENT = (groups: string, group: string) => `${groups} AS g
           AND (${group}::text IS NULL OR g.name = ${group}::text)
           AND (g.start_snapshot IS NULL OR NOT pg_visible_in_snapshot(e.xid::xid8, g.start_snapshot))`;
 
-/** A job that holds its ordering key or queues behind it: unfinished, or dead holding it. */
-const KEEPS_KEY = (j: string) => `(${j}.state IN ('scheduled', 'available', 'active', 'retrying') OR (${j}.state = 'dead' AND ${j}.hold_key_when_dead))`;
-
 /** Builds the fan-out statements for a quoted schema name. */
 export function fanOutQueries(quotedSchema: string): FanOutQueries {
   const s = quotedSchema;
@@ -43,43 +41,40 @@ export function fanOutQueries(quotedSchema: string): FanOutQueries {
     // every job of those keys committed before the locks were granted (migration 18).
     lockKeys: q(
       'fanout_lock_keys',
-      `INSERT INTO ${s}.ordering_keys AS k (queue, key)
-       SELECT DISTINCT g.queue, e.subject
-         FROM unnest($1::text[], $2::text[], $3::text[]) AS e(type, xid, subject)
-         JOIN ${GROUPS_OF_EVENT(`${s}.consumer_groups`, '$4')}
-        WHERE e.subject IS NOT NULL
-        ORDER BY 1, 2
-       ON CONFLICT (queue, key) DO UPDATE SET touched_at = now()`,
+      lockOrderingKeys(
+        s,
+        `SELECT DISTINCT g.queue, e.subject
+           FROM unnest($1::text[], $2::text[], $3::text[]) AS e(type, xid, subject)
+           JOIN ${GROUPS_OF_EVENT(`${s}.consumer_groups`, '$4')}
+          WHERE e.subject IS NOT NULL`,
+      ),
     ),
     // $1 event ids, $2 types, $3 xids, $4 keys, $5 correlation ids, $6 envelopes (json text),
     // $7 only this group (null: every group). One job per (event, group of GROUPS_OF_EVENT), in
     // event order. The key is the job's ordering key, and the statement does the acquire trigger's
-    // work itself, set-wise, with the keys locked by `lockKeys` (migration 18): a keyed job gets
-    // the next ordering_seq in event order (nextval, volatile, runs after the sort), and is
-    // blocked when an earlier job of its key in this batch, or a stored one that keeps the key,
-    // comes before it. A keyed job already stored (a backfill overlapping the relay) is left out
-    // before that count, so that nothing queues behind a job this statement does not insert.
+    // work itself, set-wise, with the keys locked by `lockKeys` (ordering-sql.ts, migration 18): a
+    // keyed job gets the next ordering_seq in event order, and is blocked when an earlier job of
+    // its key in this batch, or a stored one that keeps the key, comes before it. A keyed job
+    // already stored (a backfill overlapping the relay) is left out before that count, so that
+    // nothing queues behind a job this statement does not insert.
     // The envelope is parsed and the id's digest computed once per row: `OFFSET 0` keeps each
     // lateral subquery from being pulled up into the select list, where PostgreSQL evaluated the
     // parse twice (payload, traceparent) and the digest three times (20 % of the statement's time
-    // over 2,000 events). Probes are scalar subqueries with LIMIT, which cannot become joins that
-    // read the whole table on statistics taken while it was small.
+    // over 2,000 events). The probe by id is a scalar subquery with LIMIT, which cannot become a
+    // join that reads the whole table on statistics taken while it was small.
     fanOut: q(
       'fanout',
       `INSERT INTO ${s}.jobs (id, queue, type, state, max_attempts, correlation_id, expires_at, payload, ordering_key, traceparent, ordering_seq, blocked)
-       SELECT c.id, c.queue, c.type, 'available', c.max_attempts, c.correlation_id, c.expires_at, d.doc, c.subject, d.doc->>'traceparent',
-              CASE WHEN c.subject IS NOT NULL THEN nextval('${s}.jobs_ordering_seq') END,
-              c.subject IS NOT NULL AND (c.behind OR (SELECT true FROM ${s}.jobs AS k
-                                                       WHERE k.queue = c.queue AND k.ordering_key = c.subject AND ${KEEPS_KEY('k')}
-                                                       LIMIT 1) IS NOT NULL)
-         FROM (SELECT x.*, x.subject IS NOT NULL AND count(*) OVER (PARTITION BY x.queue, x.subject ORDER BY x.ord ROWS UNBOUNDED PRECEDING) > 1 AS behind
-                 FROM (SELECT ${FANOUT_JOB_ID('e.id', 'h.digest')} AS id, g.queue, g.name, e.type, e.subject, e.correlation_id, e.envelope, e.ord,
+       SELECT c.id, c.queue, c.type, 'available', c.max_attempts, c.correlation_id, c.expires_at, d.doc, c.key, d.doc->>'traceparent',
+              ${orderingValues(s, 'c')}
+         FROM (SELECT x.*, ${BEHIND_IN_BATCH('x.queue', 'x.key', 'x.ord')} AS behind
+                 FROM (SELECT ${FANOUT_JOB_ID('e.id', 'h.digest')} AS id, g.queue, g.name, e.type, e.subject AS key, e.correlation_id, e.envelope, e.ord,
                               g.max_attempts, now() + g.max_age_ms * interval '1 millisecond' AS expires_at
                          FROM unnest($1::uuid[], $2::text[], $3::text[], $4::text[], $5::text[], $6::text[])
                               WITH ORDINALITY AS e(id, type, xid, subject, correlation_id, envelope, ord)
                          JOIN ${GROUPS_OF_EVENT(`${s}.consumer_groups`, '$7')}
                         CROSS JOIN LATERAL (SELECT md5(g.name || '/' || e.id::text) AS digest OFFSET 0) AS h) AS x
-                WHERE x.subject IS NULL OR (SELECT true FROM ${s}.jobs AS j WHERE j.id = x.id LIMIT 1) IS NULL) AS c
+                WHERE x.key IS NULL OR (SELECT true FROM ${s}.jobs AS j WHERE j.id = x.id LIMIT 1) IS NULL) AS c
         CROSS JOIN LATERAL (SELECT c.envelope::jsonb AS doc OFFSET 0) AS d
         ORDER BY c.ord, c.name
        ON CONFLICT (id) DO NOTHING
