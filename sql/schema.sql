@@ -450,7 +450,7 @@ CREATE TRIGGER jobs_ordering_release AFTER UPDATE ON :"schema".jobs REFERENCING 
 CREATE TRIGGER jobs_ordering_release_deleted AFTER DELETE ON :"schema".jobs REFERENCING OLD TABLE AS released_old FOR EACH STATEMENT EXECUTE FUNCTION :"schema".ordering_release_deleted();
 CREATE TRIGGER jobs_ordering_retake BEFORE UPDATE OF state ON :"schema".jobs FOR EACH ROW WHEN (((new.ordering_key IS NOT NULL) AND (NOT ((old.state = ANY (ARRAY['scheduled'::text, 'available'::text, 'active'::text, 'retrying'::text])) OR ((old.state = 'dead'::text) AND old.hold_key_when_dead))) AND ((new.state = ANY (ARRAY['scheduled'::text, 'available'::text, 'active'::text, 'retrying'::text])) OR ((new.state = 'dead'::text) AND new.hold_key_when_dead)))) EXECUTE FUNCTION :"schema".ordering_acquire();
 CREATE TRIGGER outbox_notify AFTER INSERT ON :"schema".outbox FOR EACH STATEMENT EXECUTE FUNCTION :"schema".notify_outbox();
-CREATE TRIGGER outbox_position BEFORE INSERT ON :"schema".outbox FOR EACH ROW EXECUTE FUNCTION :"schema".outbox_before_insert();
+CREATE TRIGGER outbox_position BEFORE INSERT ON :"schema".outbox FOR EACH ROW WHEN ((new."position" IS NULL)) EXECUTE FUNCTION :"schema".outbox_before_insert();
 
 -- Comments
 

@@ -114,6 +114,24 @@ for (const db of testDatabases()) {
       assert.deepEqual(keyed.map((r) => r.subject), ['k0', 'k1', 'k0'], 'publishMany keeps input order');
     });
 
+    it('positions follow the publish order with and without keys; a keyed row still records its key\'s previous row', async () => {
+      const t = await db.open();
+      const { mailroom } = t;
+      const ids: string[] = [];
+      await mailroom.transaction(async (tx) => {
+        ids.push(...(await mailroom.publishMany(noted, [{ n: 1 }, { n: 2 }, { n: 3 }], { tx })).ids);
+        ids.push((await mailroom.publish(noted, { n: 4 }, { tx, key: 'k' })).id);
+        ids.push(...(await mailroom.publishMany(noted, [{ n: 5 }, { n: 6 }], { tx })).ids);
+        ids.push(...(await mailroom.publishMany(noted, [{ n: 7 }, { n: 8 }], { tx, key: () => 'k' })).ids);
+      });
+      const rows = await t.sql<{ id: string; position: string; prev_position: string | null }>(
+        `SELECT id, position::text AS position, prev_position::text AS prev_position FROM "${t.schema}".outbox ORDER BY position`,
+      );
+      assert.deepEqual(rows.map((r) => r.id), ids, 'positions in publish order, keyed or not');
+      const position = (i: number) => rows[i]!.position;
+      assert.deepEqual(rows.map((r) => r.prev_position), [null, null, null, '0', null, null, position(3), position(6)], 'each keyed row names the one before it; rows without a key none');
+    });
+
     it('the envelope is CloudEvents 1.0 structured JSON and passes the official SDK\'s strict validation', async () => {
       const t = await db.open({ source: '/shop/orders' });
       const { mailroom } = t;

@@ -13,9 +13,12 @@ export interface OutboxQueries {
 
 // $1 ids, $2 type, $3 version, $4 source, $5 time, $6 correlation id, $7 causation id, $8 traceparent,
 // $9 headers (json text), $10 keys, $11 payloads (json text). Rows are inserted in array order, so a
-// batch's positions follow it. The position is taken by the trigger, after the key's lock.
-const INSERT_SELECT = (s: string) => `INSERT INTO ${s}.outbox (id, type, version, source, subject, time, correlation_id, causation_id, traceparent, headers, data)
-       SELECT u.id, $2, $3, $4, u.subject, $5::timestamptz, $6, $7, $8, $9::jsonb, u.data::jsonb
+// batch's positions follow it. A keyed row's position is taken by the trigger, after the key's lock;
+// a row without a key takes it here (nextval is volatile: it runs after the sort, row by row with the
+// trigger's), and the trigger skips it (migration 19).
+const INSERT_SELECT = (s: string) => `INSERT INTO ${s}.outbox (position, id, type, version, source, subject, time, correlation_id, causation_id, traceparent, headers, data)
+       SELECT CASE WHEN u.subject IS NULL THEN nextval('${s}.outbox_position_seq') END,
+              u.id, $2, $3, $4, u.subject, $5::timestamptz, $6, $7, $8, $9::jsonb, u.data::jsonb
          FROM unnest($1::uuid[], $10::text[], $11::text[]) WITH ORDINALITY AS u(id, subject, data, ord)`;
 
 /** Builds the outbox statements for a quoted schema name (see `quoteSchema`). */
