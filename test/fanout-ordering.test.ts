@@ -13,6 +13,7 @@ import { fanOut } from '../src/relay/internal-target.ts';
 import pg from 'pg';
 import { databaseUrl, testDatabases, type TestMailroom } from './helpers/databases.ts';
 import { flushUntil } from './helpers/relay.ts';
+import { explainPrepared, itPlans, PLAN_MODES, sqlArray } from './helpers/plans.ts';
 
 const noted = defineEvent<{ n: number }>('fanout.item-noted', { version: 1 });
 
@@ -151,6 +152,45 @@ for (const db of testDatabases()) {
       }
       const rows = await jobRows(t);
       assert.deepEqual(rows.map((r) => `${r.n}:${r.state}:${r.blocked ? 'blocked' : 'runnable'}`), ['1:completed:runnable', '2:available:runnable'], 'blocked behind a finished job, it would wait for ever');
+    });
+
+    itPlans(db, 'a keyed fan-out probes the jobs by index for each event, even on statistics taken while the table was small', async (t, session) => {
+      await groups(t, ['ledger']);
+      const jobs = `"${t.schema}".jobs`;
+      const insertJobs = (n: number) =>
+        session.query(
+          `INSERT INTO ${jobs} (id, queue, type, state, max_attempts, payload, ordering_key, ordering_seq)
+           SELECT gen_random_uuid(), 'consumer.ledger', 'x.y', 'completed', 5, '{}', 'k' || g, g FROM generate_series(1, ${n}) AS g`,
+        );
+      // Statistics taken with 10 jobs, then 20,000 more (a group's completed history) and 2,000 waiting
+      // behind other keys: the planner believes there are a handful.
+      await insertJobs(10);
+      await session.query(`ANALYZE ${jobs}`);
+      await insertJobs(20_000);
+      await session.query(
+        `INSERT INTO ${jobs} (id, queue, type, state, max_attempts, payload, ordering_key, ordering_seq, blocked)
+         SELECT gen_random_uuid(), 'consumer.ledger', 'x.y', 'available', 5, '{}', 'other' || (g % 100), 20000 + g, g > 100 FROM generate_series(1, 2000) AS g`,
+      );
+      const events = Array.from({ length: 200 }, (_, i) => event(i, `k${i}`));
+      const args = [
+        sqlArray(events.map((e) => e.envelope.id)),
+        sqlArray(events.map(() => noted.type)),
+        sqlArray(events.map((e) => e.xid)),
+        sqlArray(events.map((e) => e.envelope.subject ?? null)),
+        sqlArray(events.map(() => null)),
+        sqlArray(events.map((e) => e.body ?? JSON.stringify(e.envelope))),
+        'NULL',
+      ].join(', ');
+      const { text } = fanOutQueries(`"${t.schema}"`).fanOut;
+      for (const mode of PLAN_MODES) {
+        await session.query('BEGIN');
+        const plan = await explainPrepared(session, mode, 'fanout', text, args);
+        await session.query('ROLLBACK');
+        assert.match(plan, /Tuples Inserted: 200\b/, `${mode}:\n${plan}`);
+        assert.doesNotMatch(plan, /Seq Scan on jobs|Hash/, `${mode}: no probe reads the whole table:\n${plan}`);
+        assert.match(plan, /Index (Only )?Scan using jobs_pkey on jobs j .*loops=200\)/, `${mode}: one primary-key probe per keyed job:\n${plan}`);
+        assert.match(plan, /Scan using jobs_ordering(_holder)?_idx on jobs held .*loops=200\)\n\s+Index Cond: \(\(queue = g\.queue\) AND \(ordering_key = e\.subject\)\)/, `${mode}: one probe of the key per keyed job:\n${plan}`);
+      }
     });
   });
 }

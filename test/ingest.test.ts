@@ -13,7 +13,7 @@ import { ingestQueries } from '../src/consumers/ingest-queries.ts';
 import { testDatabases, type TestMailroom } from './helpers/databases.ts';
 import { waitForEvents } from './helpers/events.ts';
 import { flushUntil } from './helpers/relay.ts';
-import { explainPrepared, itPlans, PLAN_MODES } from './helpers/plans.ts';
+import { explainPrepared, itPlans, PLAN_MODES, sqlArray } from './helpers/plans.ts';
 import { scriptedSource } from './helpers/scripted-source.ts';
 
 const shipped = defineEvent<{ order: string }>('ingest.order-shipped', { version: 1 });
@@ -286,9 +286,8 @@ for (const db of testDatabases()) {
       await insertJobs(20_000);
       const [stored] = (await session.query<{ id: string }>(`SELECT id FROM ${jobs} LIMIT 1`)).rows;
       const ids = [stored!.id, ...Array.from({ length: 199 }, () => crypto.randomUUID())];
-      const list = (values: readonly (string | null)[]) => `'{${values.map((v) => (v === null ? 'NULL' : `"${v.replace(/"/g, '\\"')}"`)).join(',')}}'`;
       const envelope = JSON.stringify({ specversion: '1.0', id: 'e', type: 'x.y', data: { n: 1 } });
-      const args = [list(ids), list(ids.map(() => 'x.y')), list(ids.map((_, i) => `k${i}`)), list(ids.map(() => null)), list(ids.map(() => envelope)), "'consumer.g'", '5', 'NULL'].join(', ');
+      const args = [sqlArray(ids), sqlArray(ids.map(() => 'x.y')), sqlArray(ids.map((_, i) => `k${i}`)), sqlArray(ids.map(() => null)), sqlArray(ids.map(() => envelope)), "'consumer.g'", '5', 'NULL'].join(', ');
       const { text } = ingestQueries(`"${t.schema}"`).storeEvents;
       for (const mode of PLAN_MODES) {
         await session.query('BEGIN');

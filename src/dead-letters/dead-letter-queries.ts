@@ -1,6 +1,7 @@
 import type { NamedQuery } from '../storage/driver.ts';
 import { namedQueries } from '../storage/named.ts';
 import { CANCEL_SET, retrySet } from '../jobs/admin-queries.ts';
+import { UNFINISHED } from '../jobs/queries.ts';
 
 /** Statements of the dead-letter queue (list, show, replay, discard, their records), for one quoted schema. */
 export interface DeadLetterQueries {
@@ -32,7 +33,6 @@ function matches(j: string): string {
 }
 const MATCHES = matches('j');
 
-const UNFINISHED = `('scheduled', 'available', 'active', 'retrying')`;
 
 /**
  * A dead job `j` whose dedup key an unfinished job holds now, or a matching dead job of the same

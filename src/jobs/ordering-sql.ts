@@ -6,10 +6,10 @@
  * committed before the locks were granted, as the trigger's statements did.
  * Rows inserted without an `ordering_seq` still go through the trigger.
  */
+import { UNFINISHED } from './queries.ts';
 
 /** A job that holds its ordering key or queues behind it: unfinished, or dead holding it. */
-export const KEEPS_KEY = (j: string): string =>
-  `(${j}.state IN ('scheduled', 'available', 'active', 'retrying') OR (${j}.state = 'dead' AND ${j}.hold_key_when_dead))`;
+export const KEEPS_KEY = (j: string): string => `(${j}.state IN ${UNFINISHED} OR (${j}.state = 'dead' AND ${j}.hold_key_when_dead))`;
 
 /**
  * Locks the (queue, key) pairs that `pairs` selects (columns queue, key; no

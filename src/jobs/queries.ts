@@ -72,7 +72,8 @@ export const CLAIMED_IN_ORDER = (claimed: string): string =>
   `SELECT id, queue, type, payload, attempt, max_attempts, claim_count, priority, correlation_id, created_at, expires_at, traceparent,
           ordering_key, ordering_seq, blocked
      FROM ${claimed} ORDER BY ${CLAIM_ORDER}`;
-const UNFINISHED = `('scheduled', 'available', 'active', 'retrying')`;
+/** The states of a job not yet finished (a job in one of them keeps its ordering key). */
+export const UNFINISHED = `('scheduled', 'available', 'active', 'retrying')`;
 /** When lease rescue dead-letters a job (j, its expired row e): out of attempts (a follower that never started spent none), or past its max age. */
 /**
  * The enqueue statement: $1 ids, $2 queue, $3 type, $4 priorities, $5 run times, $6 delays (ms),

@@ -15,14 +15,15 @@ export const INTERNAL_TARGET = 'internal';
 export async function fanOut(db: Queryable, queries: FanOutQueries, events: readonly RelayedEvent[], group: string | null = null): Promise<number> {
   if (events.length === 0) return 0;
   const rows = events.map(storedRowOf);
-  if (rows.some((r) => r.subject !== null)) {
-    await db.query(queries.lockKeys.text, [rows.map((r) => r.type), rows.map((r) => r.xid), rows.map((r) => r.subject), group]);
-  }
+  const types = rows.map((r) => r.type);
+  const xids = rows.map((r) => r.xid);
+  const keys = rows.map((r) => r.subject);
+  if (keys.some((key) => key !== null)) await db.query(queries.lockKeys.text, [types, xids, keys, group]);
   const { rowCount } = await db.query(queries.fanOut.text, [
     rows.map((r) => r.id),
-    rows.map((r) => r.type),
-    rows.map((r) => r.xid),
-    rows.map((r) => r.subject),
+    types,
+    xids,
+    keys,
     rows.map((r) => r.correlation_id),
     rows.map((r) => r.body),
     group,

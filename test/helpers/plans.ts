@@ -53,3 +53,16 @@ export async function explainPrepared(
   const { rows } = await session.query<{ 'QUERY PLAN': string }>(`EXPLAIN (${options}) EXECUTE ${name}_${mode}${args === '' ? '' : `(${args})`}`);
   return rows.map((r) => r['QUERY PLAN']).join('\n');
 }
+
+/**
+ * A text array as an SQL literal for `explainPrepared`'s arguments: each
+ * element double-quoted with backslashes and quotes escaped, null as NULL,
+ * single quotes doubled.
+ *
+ * @example
+ * sqlArray(['a', null]) // `'{"a",NULL}'`
+ */
+export function sqlArray(values: readonly (string | null)[]): string {
+  const element = (v: string | null) => (v === null ? 'NULL' : `"${v.replace(/\\/g, '\\\\').replace(/"/g, '\\"')}"`);
+  return `'{${values.map(element).join(',').replace(/'/g, "''")}}'`;
+}
