@@ -2,9 +2,10 @@
  * The RabbitMQ adapter (mailroom/rabbitmq) against the real server at
  * RABBITMQ_URL: the relay target, the consumer source, the safety checks, the
  * options, the fixture the shared broker suite uses, and the ceiling benchmark.
- * Two tests change the broker itself: one stops and starts the RabbitMQ
- * application (rabbitmqctl stop_app/start_app), one raises a memory alarm for a
- * moment (set_vm_memory_high_watermark) to stall publishing.
+ * Two tests change a broker itself, each on a private node of its own (the
+ * shared server is in use by other test files meanwhile): one stops and starts
+ * the RabbitMQ application (rabbitmqctl stop_app/start_app), one raises a
+ * memory alarm for a moment (set_vm_memory_high_watermark) to stall publishing.
  */
 import assert from 'node:assert/strict';
 import { execFile } from 'node:child_process';
@@ -21,7 +22,8 @@ import { newId } from '../src/ids.ts';
 import type { RelayContext, RelayedEvent } from '../src/relay/target.ts';
 import { eventually } from './helpers/events.ts';
 import type { PairDescription } from './helpers/brokers/fixture.ts';
-import { fixture, startApp, stopApp, waitForBroker, withConnection } from './helpers/brokers/rabbitmq.ts';
+import { fixture, rabbitPair, withConnection } from './helpers/brokers/rabbitmq.ts';
+import { PrivateRabbitNode } from './helpers/brokers/private-rabbitmq.ts';
 
 const url = process.env.RABBITMQ_URL;
 const skip = !url && 'set RABBITMQ_URL';
@@ -52,26 +54,28 @@ async function onChannel<T>(connection: ChannelModel, fn: (channel: Channel) => 
   }
 }
 
-async function admin<T>(fn: (channel: Channel) => Promise<T>): Promise<T> {
-  return await withConnection((connection) => onChannel(connection, fn), url!);
+async function admin<T>(fn: (channel: Channel) => Promise<T>, brokerUrl = url!): Promise<T> {
+  return await withConnection((connection) => onChannel(connection, fn), brokerUrl);
 }
 
-/** A durable topic exchange and a queue bound to it (made = cleaned up at the end). */
-async function exchangeWithQueue(what: string, queueArgs: Record<string, unknown> = { 'x-queue-type': 'quorum' }, bindingKey = '#'): Promise<{ exchange: string; queue: string }> {
+/** A durable topic exchange and a queue bound to it (made on the shared server = cleaned up at the end). */
+async function exchangeWithQueue(what: string, queueArgs: Record<string, unknown> = { 'x-queue-type': 'quorum' }, bindingKey = '#', brokerUrl = url!): Promise<{ exchange: string; queue: string }> {
   const exchange = unique(`${what}-x`);
   const queue = unique(`${what}-q`);
-  made.exchanges.add(exchange);
-  made.queues.add(queue);
+  if (brokerUrl === url) {
+    made.exchanges.add(exchange);
+    made.queues.add(queue);
+  }
   await admin(async (c) => {
     await c.assertExchange(exchange, 'topic', { durable: true });
     await c.assertQueue(queue, { durable: true, arguments: queueArgs });
     await c.bindQueue(queue, exchange, bindingKey);
-  });
+  }, brokerUrl);
   return { exchange, queue };
 }
 
 /** Takes every ready message off a queue (no ack needed). */
-async function drainQueue(queue: string): Promise<GetMessage[]> {
+async function drainQueue(queue: string, brokerUrl = url!): Promise<GetMessage[]> {
   return await admin(async (c) => {
     const out: GetMessage[] = [];
     for (;;) {
@@ -79,7 +83,7 @@ async function drainQueue(queue: string): Promise<GetMessage[]> {
       if (m === false) return out;
       out.push(m);
     }
-  });
+  }, brokerUrl);
 }
 
 /** Headers without the ones RabbitMQ adds (a quorum queue's `x-delivery-count`). */
@@ -259,30 +263,35 @@ describe('rabbitmq target', { skip }, () => {
     await target.close();
   });
 
-  test('a stalled broker (memory alarm: publishers blocked) rejects after confirmTimeout; the next publish succeeds', async () => {
-    const { exchange, queue } = await exchangeWithQueue('stall');
-    const target = rabbitmq({ url: url!, exchange, confirmTimeout: '1s' });
-    const { stdout } = await run('rabbitmqctl', ['eval', 'vm_memory_monitor:get_vm_memory_high_watermark().']);
-    const watermark = stdout.trim();
-    assert.match(watermark, /^[\d.]+$/, `cannot read the memory watermark: ${watermark}`);
+  test('a stalled broker (memory alarm: publishers blocked) rejects after confirmTimeout; the next publish succeeds', { timeout: 120_000 }, async () => {
+    const node = await PrivateRabbitNode.start();
+    const alarms = async () => await node.ctl('eval', 'rabbit_alarm:get_alarms().');
     try {
-      await target.publish(relayed([envelope(0)]), context); // connected before the alarm
-      await run('rabbitmqctl', ['set_vm_memory_high_watermark', '0']);
-      await eventually(async () => (await run('rabbitmqctl', ['eval', 'rabbit_alarm:get_alarms().'])).stdout.includes('memory'), 10_000, 'the memory alarm');
-      const started = Date.now();
-      await assert.rejects(target.publish(relayed([envelope(1), envelope(2)]), context), /no publisher confirm .* within 1000 ms/);
-      const waited = Date.now() - started;
-      assert.ok(waited >= 900 && waited < 5000, `rejected after ${waited} ms`);
+      const { exchange, queue } = await exchangeWithQueue('stall', undefined, undefined, node.url);
+      const target = rabbitmq({ url: node.url, exchange, confirmTimeout: '1s' });
+      const watermark = (await node.ctl('eval', 'vm_memory_monitor:get_vm_memory_high_watermark().')).trim();
+      assert.match(watermark, /^[\d.]+$/, `cannot read the memory watermark: ${watermark}`);
+      try {
+        await target.publish(relayed([envelope(0)]), context); // connected before the alarm
+        await node.ctl('set_vm_memory_high_watermark', '0');
+        await eventually(async () => (await alarms()).includes('memory'), 10_000, 'the memory alarm');
+        const started = Date.now();
+        await assert.rejects(target.publish(relayed([envelope(1), envelope(2)]), context), /no publisher confirm .* within 1000 ms/);
+        const waited = Date.now() - started;
+        assert.ok(waited >= 900 && waited < 5000, `rejected after ${waited} ms`);
+      } finally {
+        await node.ctl('set_vm_memory_high_watermark', watermark);
+      }
+      try {
+        await eventually(async () => !(await alarms()).includes('memory'), 10_000, 'the alarm to clear');
+        await target.publish(relayed([envelope(3)]), context);
+        const ids = (await drainQueue(queue, node.url)).map((m) => (JSON.parse(m.content.toString()) as { data: { i: number } }).data.i);
+        assert.ok(ids.includes(0) && ids.includes(3), `got ${JSON.stringify(ids)}`);
+      } finally {
+        await target.close();
+      }
     } finally {
-      await run('rabbitmqctl', ['set_vm_memory_high_watermark', watermark]);
-    }
-    try {
-      await eventually(async () => !(await run('rabbitmqctl', ['eval', 'rabbit_alarm:get_alarms().'])).stdout.includes('memory'), 10_000, 'the alarm to clear');
-      await target.publish(relayed([envelope(3)]), context);
-      const ids = (await drainQueue(queue)).map((m) => (JSON.parse(m.content.toString()) as { data: { i: number } }).data.i);
-      assert.ok(ids.includes(0) && ids.includes(3), `got ${JSON.stringify(ids)}`);
-    } finally {
-      await target.close();
+      await node.stop();
     }
   });
 });
@@ -450,7 +459,8 @@ describe('rabbitmq source recovery without a restart', { skip }, () => {
 
 describe('rabbitmq broker restart', { skip }, () => {
   test('the target rejects while RabbitMQ is down and succeeds after; the source reports, reconnects and goes on delivering', { timeout: 120_000 }, async (t) => {
-    const pair = await fixture.pair(unique('restart'), { restartable: true });
+    const pair = await rabbitPair(unique('restart'), { restartable: true });
+    const node = pair.node!;
     const target = pair.target();
     const source = pair.source() as RabbitMqSource;
     try {
@@ -460,14 +470,14 @@ describe('rabbitmq broker restart', { skip }, () => {
       await messages[0]!.ack(); // the second stays unacked through the restart
 
       const t0 = Date.now();
-      await stopApp();
+      await node.stopApp();
       const stopMs = Date.now() - t0;
       await assert.rejects(target.publish(relayed([envelope(3)]), context), /rabbitmq: (cannot connect to|the channel to)/);
       await eventually(() => ctx.reports.length >= 2, 10_000, 'the source to report the loss and a failed reconnect');
       assert.match(String(ctx.reports[0]), /lost the connection to amqp:\/\/guest:\*\*\*@.* consuming queue/);
       await messages[1]!.ack(); // its connection is gone: must not throw
       const t1 = Date.now();
-      await startApp();
+      await node.startApp();
       const startMs = Date.now() - t1;
       t.diagnostic(`stop_app ${stopMs} ms, start_app until a connection succeeds ${startMs} ms`);
 
@@ -479,7 +489,6 @@ describe('rabbitmq broker restart', { skip }, () => {
       assert.equal(redelivered[0]!.messageId, bodyId(messages[1]!));
       for (const m of messages.slice(2)) await m.ack();
     } finally {
-      await waitForBroker(url!).catch(() => startApp());
       await source.stop();
       await target.close?.();
       await pair.cleanup();

@@ -21,7 +21,7 @@ import { spawn } from 'node:child_process';
 import { createInterface } from 'node:readline';
 import { fileURLToPath } from 'node:url';
 import pg from 'pg';
-import { startApp, stopApp } from './helpers/brokers/rabbitmq.ts';
+import { PrivateRabbitNode } from './helpers/brokers/private-rabbitmq.ts';
 import { PgCluster, privateClusterUnavailable } from './reliability/pg-cluster.ts';
 import { randomInt, runScenario, sleep, type FaultContext, type ScenarioEnv, type ScenarioResult } from './reliability/scenario.ts';
 import type { NodeChild } from './reliability/children.ts';
@@ -65,7 +65,6 @@ const pick = <T,>(list: T[]): T | undefined => list[randomInt(0, list.length - 1
 
 describe('fault matrix: lost, duplicated, unexpected, rolled-back, out-of-order and stale effects are all zero', { skip: skipPg }, () => {
   let env: ScenarioEnv | undefined;
-  let brokerStopped = false;
 
   before(async () => {
     if (pgMissing) throw new Error(`the reliability suite cannot run under CI: ${pgMissing}`);
@@ -73,8 +72,7 @@ describe('fault matrix: lost, duplicated, unexpected, rolled-back, out-of-order 
   });
 
   after(async () => {
-    // Whatever happened, the shared broker runs again and the private cluster is gone.
-    if (brokerStopped) await startApp(rabbitUrl!).catch((e) => console.error('could not start RabbitMQ again:', e));
+    // Whatever happened, the private cluster is gone.
     await env?.cluster.stop();
   });
 
@@ -258,32 +256,36 @@ describe('fault matrix: lost, duplicated, unexpected, rolled-back, out-of-order 
   });
 
   it('the RabbitMQ broker restarted mid-stream (rabbitmqctl stop_app / start_app)', { timeout: 240_000, skip: skipRabbit }, async () => {
-    await runScenario(env!, {
-      name: 'brokerrestart',
-      workers: 2,
-      rabbit: true,
-      fault: async (ctx) => {
-        await ctx.opsInvoked(100);
-        let restarts = 0;
-        for (let i = 0; i < STRETCH; i++) {
-          await sleep(1_500);
-          brokerStopped = true;
-          try {
-            await stopApp();
-            await sleep(1_000);
-          } finally {
-            await startApp(rabbitUrl!);
-            brokerStopped = false;
+    // A private node: the shared server at RABBITMQ_URL is in use by other test files meanwhile.
+    const node = await PrivateRabbitNode.start();
+    try {
+      await runScenario({ ...env!, rabbitUrl: node.url }, {
+        name: 'brokerrestart',
+        workers: 2,
+        rabbit: true,
+        fault: async (ctx) => {
+          await ctx.opsInvoked(100);
+          let restarts = 0;
+          for (let i = 0; i < STRETCH; i++) {
+            await sleep(1_500);
+            try {
+              await node.stopApp();
+              await sleep(1_000);
+            } finally {
+              await node.startApp();
+            }
+            restarts++;
+            await sleep(2_500);
           }
-          restarts++;
-          await sleep(2_500);
-        }
-        return { brokerRestarts: restarts };
-      },
-    }, async (result) => {
-      assertClean(result);
-      assert.ok(result.fleet.lastErrors(1000).length > 0, 'nothing noticed the broker restart');
-    });
+          return { brokerRestarts: restarts };
+        },
+      }, async (result) => {
+        assertClean(result);
+        assert.ok(result.fleet.lastErrors(1000).length > 0, 'nothing noticed the broker restart');
+      });
+    } finally {
+      await node.stop();
+    }
   });
 
   it('the fault proxy between mailroom and PostgreSQL: latency, connection resets, a black hole, then recovery', { timeout: 240_000 }, async () => {

@@ -40,8 +40,8 @@ export interface BrokerFixture {
   /**
    * A fresh destination named after `unique` (lower-case letters, digits, `-`).
    * `restartable: true` puts it on a broker the pair may restart: a private
-   * server with persistence on a free port for NATS and Redis, the shared
-   * server (stop_app/start_app) for RabbitMQ.
+   * server with persistence on a free port for NATS and Redis, a private node
+   * (stop_app/start_app) for RabbitMQ. The shared servers are never restarted.
    */
   pair(unique: string, options?: { restartable?: boolean }): Promise<BrokerPair>;
   /** The source of a described pair (in a child process). */

@@ -1,8 +1,9 @@
 /**
  * The RabbitMQ side of the shared broker adapter suite: each pair is a durable
  * topic exchange and a quorum queue bound to it with `#`, on the server at
- * RABBITMQ_URL. A restart is `rabbitmqctl stop_app` + `start_app` of that
- * server (so keep restarts few: each costs seconds).
+ * RABBITMQ_URL, or (restartable pairs) on a private node of their own, which
+ * `restart()` stops and starts (`rabbitmqctl stop_app` + `start_app`). The
+ * shared server is never stopped: other test files use it at the same time.
  */
 import { execFile } from 'node:child_process';
 import { promisify } from 'node:util';
@@ -10,6 +11,7 @@ import { connect, type ChannelModel } from 'amqplib';
 import { rabbitmq, rabbitmqSource } from '../../../src/brokers/rabbitmq/index.ts';
 import type { ConsumerSource } from '../../../src/brokers/source.ts';
 import type { BrokerFixture, BrokerPair, PairDescription, RawPublisher } from './fixture.ts';
+import { PrivateRabbitNode } from './private-rabbitmq.ts';
 
 const run = promisify(execFile);
 const url = process.env.RABBITMQ_URL ?? null;
@@ -30,33 +32,6 @@ export async function withConnection<T>(fn: (connection: ChannelModel) => Promis
   }
 }
 
-/** Resolves once a connection to the broker succeeds (polling every 100 ms), or fails after `timeoutMs`. */
-export async function waitForBroker(brokerUrl = requireUrl(), timeoutMs = 60_000): Promise<void> {
-  const deadline = Date.now() + timeoutMs;
-  for (;;) {
-    try {
-      const connection = await connect(brokerUrl, { timeout: 2000 });
-      connection.on('error', () => {});
-      await connection.close().catch(() => {});
-      return;
-    } catch (error) {
-      if (Date.now() > deadline) throw new Error(`RabbitMQ at ${brokerUrl} did not accept connections within ${timeoutMs} ms`, { cause: error });
-      await new Promise((r) => setTimeout(r, 100));
-    }
-  }
-}
-
-/** `rabbitmqctl stop_app`: the node stays up, AMQP connections close and new ones are refused. */
-export async function stopApp(): Promise<void> {
-  await run('rabbitmqctl', ['stop_app'], { timeout: 60_000 });
-}
-
-/** `rabbitmqctl start_app`, then waits until a connection succeeds. */
-export async function startApp(brokerUrl = requireUrl()): Promise<void> {
-  await run('rabbitmqctl', ['start_app'], { timeout: 60_000 });
-  await waitForBroker(brokerUrl);
-}
-
 /**
  * Sets the server's `max_message_size` (bytes; RabbitMQ 3.10's default is 128 MiB) for channels
  * opened from now on. Restore it when done: it applies to every client of the server.
@@ -68,15 +43,6 @@ export async function setMaxMessageSize(bytes: number): Promise<void> {
 
 /** RabbitMQ 3.10's default `max_message_size`. */
 export const DEFAULT_MAX_MESSAGE_SIZE = 134_217_728;
-
-/** Stops and starts the RabbitMQ application; resolves with how long it took, once connections succeed again. */
-export async function restartBroker(brokerUrl = requireUrl()): Promise<{ stopMs: number; startMs: number }> {
-  const t0 = Date.now();
-  await stopApp();
-  const t1 = Date.now();
-  await startApp(brokerUrl);
-  return { stopMs: t1 - t0, startMs: Date.now() - t1 };
-}
 
 /** Declares the pair's exchange and queue (idempotent). */
 async function declarePair(brokerUrl: string, exchange: string, queue: string): Promise<void> {
@@ -117,48 +83,65 @@ async function rawPublisher(brokerUrl: string, exchange: string): Promise<RawPub
   };
 }
 
+/** A pair with its private node, if it is restartable (null on RABBITMQ_URL). */
+export interface RabbitPair extends BrokerPair {
+  readonly node: PrivateRabbitNode | null;
+}
+
+/** `fixture.pair()` with the RabbitMQ specifics visible. */
+export async function rabbitPair(unique: string, options: { restartable?: boolean } = {}): Promise<RabbitPair> {
+  const node = options.restartable ? await PrivateRabbitNode.start() : null;
+  const brokerUrl = node?.url ?? requireUrl();
+  const exchange = `mailroom-test-${unique}`;
+  const queue = `mailroom-test-${unique}`;
+  try {
+    await declarePair(brokerUrl, exchange, queue);
+  } catch (error) {
+    await node?.stop();
+    throw error;
+  }
+  const description: PairDescription = { url: brokerUrl, exchange, queue };
+  return {
+    node,
+    target: () => rabbitmq({ url: brokerUrl, exchange, confirmTimeout: '10s' }),
+    source: (options) => makeSource(description, options),
+    raw: () => rawPublisher(brokerUrl, exchange),
+    async pending() {
+      // With no consumer, every delivered-unacked message is back among the ready ones;
+      // the broker requeues them as the consumer's channel goes away, so read until two reads agree.
+      return await withConnection(async (connection) => {
+        const channel = await connection.createChannel();
+        let last = (await channel.checkQueue(queue)).messageCount;
+        for (let i = 0; i < 50; i++) {
+          await new Promise((r) => setTimeout(r, 50));
+          const now = (await channel.checkQueue(queue)).messageCount;
+          if (now === last) break;
+          last = now;
+        }
+        await channel.close();
+        return last;
+      }, brokerUrl);
+    },
+    async restart() {
+      if (node === null) throw new Error('only a pair made with { restartable: true } may restart its broker');
+      await node.restartApp();
+    },
+    describe: () => ({ ...description }),
+    async cleanup() {
+      if (node !== null) return await node.stop();
+      await withConnection(async (connection) => {
+        const channel = await connection.createChannel();
+        await channel.deleteQueue(queue);
+        await channel.deleteExchange(exchange);
+        await channel.close();
+      }, brokerUrl);
+    },
+  };
+}
+
 export const fixture: BrokerFixture = {
   kind: 'rabbitmq',
   url,
-  async pair(unique: string): Promise<BrokerPair> {
-    const brokerUrl = requireUrl();
-    const exchange = `mailroom-test-${unique}`;
-    const queue = `mailroom-test-${unique}`;
-    await declarePair(brokerUrl, exchange, queue);
-    const description: PairDescription = { url: brokerUrl, exchange, queue };
-    return {
-      target: () => rabbitmq({ url: brokerUrl, exchange, confirmTimeout: '10s' }),
-      source: (options) => makeSource(description, options),
-      raw: () => rawPublisher(brokerUrl, exchange),
-      async pending() {
-        // With no consumer, every delivered-unacked message is back among the ready ones;
-        // the broker requeues them as the consumer's channel goes away, so read until two reads agree.
-        return await withConnection(async (connection) => {
-          const channel = await connection.createChannel();
-          let last = (await channel.checkQueue(queue)).messageCount;
-          for (let i = 0; i < 50; i++) {
-            await new Promise((r) => setTimeout(r, 50));
-            const now = (await channel.checkQueue(queue)).messageCount;
-            if (now === last) break;
-            last = now;
-          }
-          await channel.close();
-          return last;
-        }, brokerUrl);
-      },
-      async restart() {
-        await restartBroker(brokerUrl);
-      },
-      describe: () => ({ ...description }),
-      async cleanup() {
-        await withConnection(async (connection) => {
-          const channel = await connection.createChannel();
-          await channel.deleteQueue(queue);
-          await channel.deleteExchange(exchange);
-          await channel.close();
-        }, brokerUrl);
-      },
-    };
-  },
+  pair: rabbitPair,
   sourceFrom: (description, options) => makeSource(description, options),
 };
