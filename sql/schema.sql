@@ -442,6 +442,46 @@ BEGIN
 END;
 $function$;
 
+CREATE OR REPLACE FUNCTION :"schema".outbox_publish_keyed(ids uuid[], event_type text, event_version integer, event_source text, event_time timestamp with time zone, correlation text, causation text, trace text, event_headers jsonb, keys text[], payloads text[], expected_xid xid8)
+ RETURNS SETOF uuid
+ LANGUAGE plpgsql
+ SET search_path TO :'schema'
+ SET enable_seqscan TO 'off'
+ SET plan_cache_mode TO 'force_generic_plan'
+AS $function$
+DECLARE
+  read_committed boolean := current_setting('transaction_isolation') = 'read committed';
+BEGIN
+  IF expected_xid IS NOT NULL AND pg_current_xact_id() <> expected_xid THEN
+    RETURN;
+  END IF;
+  INSERT INTO outbox_keys AS k (key)
+    SELECT DISTINCT u.key FROM unnest(keys) AS u(key) WHERE u.key IS NOT NULL ORDER BY 1
+    ON CONFLICT (key) DO UPDATE SET touched_at = now() WHERE k.touched_at < now() - interval '10 minutes';
+  RETURN QUERY
+  WITH inserted AS (
+    INSERT INTO outbox AS o (position, id, type, version, source, subject, time, correlation_id, causation_id, traceparent, headers, data, prev_position, prev_xid)
+    SELECT c.position, c.id, event_type, event_version, event_source, c.subject, event_time, correlation, causation, trace, event_headers, c.data::jsonb,
+           CASE WHEN c.subject IS NULL OR NOT read_committed THEN NULL
+                WHEN c.prev_in_batch IS NOT NULL THEN c.prev_in_batch
+                ELSE coalesce(last.position, 0) END,
+           CASE WHEN c.subject IS NULL OR NOT read_committed THEN NULL
+                WHEN c.prev_in_batch IS NOT NULL THEN pg_current_xact_id()
+                ELSE coalesce(last.xid, '0'::xid8) END
+      FROM (SELECT p.*, lag(p.position) OVER (PARTITION BY p.subject ORDER BY p.ord) AS prev_in_batch
+              FROM (SELECT u.id, u.subject, u.data, u.ord, nextval('outbox_position_seq') AS position
+                      FROM unnest(ids, keys, payloads) WITH ORDINALITY AS u(id, subject, data, ord)
+                     ORDER BY u.ord OFFSET 0) AS p) AS c
+      LEFT JOIN LATERAL (SELECT s.position, s.xid FROM outbox AS s
+                          WHERE c.subject IS NOT NULL AND c.prev_in_batch IS NULL AND read_committed AND s.subject = c.subject
+                          ORDER BY s.position DESC LIMIT 1) AS last ON true
+     ORDER BY c.ord
+    RETURNING o.id
+  )
+  SELECT inserted.id FROM inserted;
+END;
+$function$;
+
 -- Triggers
 
 CREATE TRIGGER jobs_notify_new AFTER INSERT ON :"schema".jobs REFERENCING NEW TABLE AS new_jobs FOR EACH STATEMENT EXECUTE FUNCTION :"schema".notify_new_jobs();

@@ -13,6 +13,7 @@ import { defineEvent, TransactionEndedError, ValidationError, type CloudEventEnv
 import { imperativeVerbOf } from '../src/events/event-type.ts';
 import { testDatabases, type TestMailroom } from './helpers/databases.ts';
 import { flushUntil } from './helpers/relay.ts';
+import { eventually } from './helpers/events.ts';
 
 const orderPlaced = defineEvent('outbox.order-placed', { version: 1, schema: z.object({ orderId: z.string(), total: z.number().int() }) });
 const noted = defineEvent<{ n: number }>('outbox.noted', { version: 3, source: 'https://shop.example/notes' });
@@ -131,6 +132,74 @@ for (const db of testDatabases()) {
       const position = (i: number) => rows[i]!.position;
       assert.deepEqual(rows.map((r) => r.prev_position), [null, null, null, '0', null, null, position(3), position(6)], 'each keyed row names the one before it; rows without a key none');
     });
+
+    it('a batch with keys records each row\'s previous row: the one before it in the batch, else the key\'s last stored row', async () => {
+      const t = await db.open();
+      const { mailroom } = t;
+      const first = await mailroom.publish(noted, { n: 0 }, { key: 'a' });
+      let xid = '';
+      const many = await mailroom.transaction(async (tx) => {
+        const published = await mailroom.publishMany(noted, [{ n: 1 }, { n: 2 }, { n: 3 }, { n: 4 }, { n: 5 }], { tx, key: (d) => (d.n === 3 ? 'c' : d.n % 2 ? 'a' : 'b') });
+        xid = (await tx.query<{ xid: string }>('SELECT pg_current_xact_id()::text AS xid')).rows[0]!.xid;
+        return published;
+      });
+      const rows = await t.sql<{ id: string; n: number; subject: string | null; position: string; xid: string; prev_position: string | null; prev_xid: string | null }>(
+        `SELECT id, (data->>'n')::int AS n, subject, position::text AS position, xid::text AS xid, prev_position::text AS prev_position, prev_xid::text AS prev_xid
+           FROM "${t.schema}".outbox ORDER BY position`,
+      );
+      assert.deepEqual(rows.map((r) => r.id), [first.id, ...many.ids], 'positions in publish order');
+      const at = (n: number) => rows.find((r) => r.n === n)!;
+      assert.deepEqual(rows.map((r) => [r.n, r.subject]), [[0, 'a'], [1, 'a'], [2, 'b'], [3, 'c'], [4, 'b'], [5, 'a']]);
+      assert.deepEqual([at(1).prev_position, at(1).prev_xid], [at(0).position, at(0).xid], 'the first row of a key names its stored row');
+      assert.deepEqual([at(2).prev_position, at(2).prev_xid], ['0', '0'], 'a key without rows names none (0)');
+      assert.deepEqual([at(3).prev_position, at(3).prev_xid], ['0', '0']);
+      assert.deepEqual([at(4).prev_position, at(4).prev_xid], [at(2).position, xid], 'a later row of a key names the one before it in the batch');
+      assert.deepEqual([at(5).prev_position, at(5).prev_xid], [at(1).position, xid]);
+      assert.deepEqual((await t.sql<{ key: string }>(`SELECT key FROM "${t.schema}".outbox_keys ORDER BY key`)).map((r) => r.key), ['a', 'b', 'c']);
+    });
+
+    it(
+      'a batch with keys waits for a key another transaction holds, then names that transaction\'s row; keys are locked in sorted order (no deadlock)',
+      { skip: db.name === 'pglite' ? 'PGlite serves one connection: two transactions cannot be open at once' : false },
+      async () => {
+        const t = await db.open();
+        const { mailroom } = t;
+        const pool = (await db.handle()) as pg.Pool;
+        const [c1, c2] = [await pool.connect(), await pool.connect()];
+        const pidOf = async (c: pg.PoolClient) => (await c.query<{ pid: number }>('SELECT pg_backend_pid() AS pid')).rows[0]!.pid;
+        const waiting = async (pid: number) =>
+          (await t.sql<{ n: number }>(`SELECT count(*)::int AS n FROM pg_stat_activity WHERE pid = $1 AND wait_event_type = 'Lock'`, [pid]))[0]!.n === 1;
+        try {
+          const pid2 = await pidOf(c2);
+          await c1.query('BEGIN');
+          const held = await mailroom.publish(noted, { n: 1 }, { tx: c1, key: 'k-a' }); // T1 holds k-a
+          await c2.query('BEGIN');
+          // T2's batch has its keys in the other order: k-b, then k-a. Sorted, it waits for k-a and holds nothing.
+          const pending = mailroom.publishMany(noted, [{ n: 2 }, { n: 3 }, { n: 4 }], { tx: c2, key: (d) => (d.n === 3 ? 'k-a' : 'k-b') });
+          await eventually(() => waiting(pid2), 10_000, 'the batch to wait for the key k-a');
+          // Per row in input order, T2 would hold k-b here and T1's next publish would deadlock with it.
+          const next = await mailroom.publish(noted, { n: 5 }, { tx: c1, key: 'k-b' });
+          await c1.query('COMMIT');
+          const batch = await pending;
+          await c2.query('COMMIT');
+          const rows = await t.sql<{ id: string; n: number; position: string; xid: string; prev_position: string | null; prev_xid: string | null }>(
+            `SELECT id, (data->>'n')::int AS n, position::text AS position, xid::text AS xid, prev_position::text AS prev_position, prev_xid::text AS prev_xid
+               FROM "${t.schema}".outbox ORDER BY position`,
+          );
+          assert.deepEqual(rows.map((r) => r.id), [held.id, next.id, ...batch.ids], 'the waiting batch takes its positions after the holder committed');
+          const at = (n: number) => rows.find((r) => r.n === n)!;
+          // Its snapshot is taken after the lock was granted: it sees T1's rows, committed while it waited.
+          assert.deepEqual([at(3).prev_position, at(3).prev_xid], [at(1).position, at(1).xid], 'k-a names T1\'s row');
+          assert.deepEqual([at(2).prev_position, at(2).prev_xid], [at(5).position, at(5).xid], 'k-b names T1\'s row');
+          assert.deepEqual([at(4).prev_position, at(4).prev_xid], [at(2).position, at(2).xid]);
+        } finally {
+          for (const c of [c1, c2]) {
+            await c.query('ROLLBACK').catch(() => {});
+            c.release();
+          }
+        }
+      },
+    );
 
     it('the envelope is CloudEvents 1.0 structured JSON and passes the official SDK\'s strict validation', async () => {
       const t = await db.open({ source: '/shop/orders' });

@@ -5,6 +5,7 @@ import { namedQueries } from '../storage/named.ts';
 export interface OutboxQueries {
   insert: NamedQuery;
   insertInTransaction: NamedQuery;
+  insertKeyed: NamedQuery;
   currentXid: NamedQuery;
   prune: NamedQuery;
   pruneKeys: NamedQuery;
@@ -13,9 +14,10 @@ export interface OutboxQueries {
 
 // $1 ids, $2 type, $3 version, $4 source, $5 time, $6 correlation id, $7 causation id, $8 traceparent,
 // $9 headers (json text), $10 keys, $11 payloads (json text). Rows are inserted in array order, so a
-// batch's positions follow it. A keyed row's position is taken by the trigger, after the key's lock;
-// a row without a key takes it here (nextval is volatile: it runs after the sort, row by row with the
-// trigger's), and the trigger skips it (migration 19).
+// batch's positions follow it. For a batch without keys: each row takes its position here (nextval is
+// volatile: it runs after the sort), and the trigger skips it (migration 19). A keyed row inserted here
+// (a single keyed event) takes its position in the trigger, after its key's lock; a batch of several
+// with keys goes through `insertKeyed`.
 const INSERT_SELECT = (s: string) => `INSERT INTO ${s}.outbox (position, id, type, version, source, subject, time, correlation_id, causation_id, traceparent, headers, data)
        SELECT CASE WHEN u.subject IS NULL THEN nextval('${s}.outbox_position_seq') END,
               u.id, $2, $3, $4, u.subject, $5::timestamptz, $6, $7, $8, $9::jsonb, u.data::jsonb
@@ -31,6 +33,13 @@ export function outboxQueries(quotedSchema: string): OutboxQueries {
     // whose transaction already ended) every statement is a transaction of its own, with a new xid:
     // then nothing is inserted and publish refuses.
     insertInTransaction: q('outbox_insert_tx', `${INSERT_SELECT(s)} WHERE pg_current_xact_id() = $12::xid8 ORDER BY u.ord RETURNING id`),
+    // The same parameters, and $12 the xid the caller's transaction had (null on the pool): a batch
+    // with keys, its keys locked and each row's previous row recorded set-wise (migration 20). The
+    // function returns nothing when $12 is not the current xid (autocommit), and publish refuses.
+    insertKeyed: q(
+      'outbox_insert_keyed',
+      `SELECT k.id FROM ${s}.outbox_publish_keyed($1::uuid[], $2, $3, $4, $5::timestamptz, $6, $7, $8, $9::jsonb, $10::text[], $11::text[], $12::xid8) AS k(id)`,
+    ),
     currentXid: q('outbox_current_xid', `SELECT pg_current_xact_id()::text AS xid`),
     // $1 retention ms, $2 batch. Only rows every relay target has passed (in (xid, position) order).
     // The batch's positions as an array, so that every plan deletes them by primary key (as
