@@ -1,7 +1,7 @@
 import type { NamedQuery } from '../storage/driver.ts';
 import { namedQueries } from '../storage/named.ts';
 import { CANCEL_SET, retrySet } from '../jobs/admin-queries.ts';
-import { UNFINISHED } from '../jobs/queries.ts';
+import { UNFINISHED } from '../jobs/ordering-sql.ts';
 
 /** Statements of the dead-letter queue (list, show, replay, discard, their records), for one quoted schema. */
 export interface DeadLetterQueries {

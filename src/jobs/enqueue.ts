@@ -234,6 +234,32 @@ function isDriver(db: Queryable): db is Driver {
   return typeof (db as Partial<Driver>).run === 'function' && typeof (db as Partial<Driver>).transaction === 'function';
 }
 
+/**
+ * The smallest batch with ordering keys enqueued set-wise ({@link insertKeyed}). Below it the
+ * per-row trigger costs less than the extra round trips (on the pool: BEGIN, the lock, COMMIT).
+ * Measured on the pool, one caller, 100 keys: even at 64 jobs a call, 1.9 ms either way; at 1,000,
+ * 13-15 ms against 23-25; at 2, 0.8 ms against 0.46.
+ */
+export const SET_WISE_MIN_ROWS = 64;
+
+/**
+ * A batch with ordering keys and no dedup keys: its keys locked (sorted) in one statement, then the
+ * jobs inserted with their ordering seq and blocked flag computed for the whole batch in a second,
+ * whose snapshot sees every job of those keys committed before the locks (migration 18). On the
+ * pool the two statements run in a transaction of their own.
+ */
+async function insertKeyed(db: Queryable, queries: JobQueries, params: unknown[], xid: string | null): Promise<{ rows: { id: string }[] }> {
+  const lockParams = [params[1], params[11]];
+  if (isDriver(db)) {
+    return await db.transaction(async (tx) => {
+      await tx.run(queries.lockEnqueueKeys, lockParams);
+      return await tx.run<{ id: string }>(queries.enqueueKeyed, [...params, null]);
+    });
+  }
+  await db.query(queries.lockEnqueueKeys.text, lockParams);
+  return await db.query<{ id: string }>(queries.enqueueKeyed.text, [...params, xid]);
+}
+
 async function insertRows(
   db: Queryable,
   queries: JobQueries,
@@ -243,10 +269,14 @@ async function insertRows(
 ): Promise<string[]> {
   const n = rows.length;
   const fill = <T>(value: T): T[] => new Array<T>(n).fill(value);
+  // Many jobs with ordering keys and no dedup keys: the keys locked, then the ordering done set-wise.
+  const setWise = n >= SET_WISE_MIN_ROWS && rows.some((r) => r.orderingKey !== null) && rows.every((r) => r.key === null);
   // On the pool, the statement is prepared once per connection (named); in a transaction it goes as is.
-  const insert = isDriver(db)
-    ? (params: unknown[]) => db.run<{ id: string }>(queries.enqueue, params)
-    : (params: unknown[]) => db.query<{ id: string }>(shared.xid === null ? queries.enqueue.text : queries.enqueueInTransaction.text, shared.xid === null ? params : [...params, shared.xid]);
+  const insert = setWise
+    ? (params: unknown[]) => insertKeyed(db, queries, params, shared.xid)
+    : isDriver(db)
+      ? (params: unknown[]) => db.run<{ id: string }>(queries.enqueue, params)
+      : (params: unknown[]) => db.query<{ id: string }>(shared.xid === null ? queries.enqueue.text : queries.enqueueInTransaction.text, shared.xid === null ? params : [...params, shared.xid]);
   const { rows: inserted } = await insert([
     rows.map((r) => r.id),
     def.queue,

@@ -6,7 +6,8 @@
  * committed before the locks were granted, as the trigger's statements did.
  * Rows inserted without an `ordering_seq` still go through the trigger.
  */
-import { UNFINISHED } from './queries.ts';
+/** The states of a job not yet finished (a job in one of them keeps its ordering key). */
+export const UNFINISHED = `('scheduled', 'available', 'active', 'retrying')`;
 
 /** A job that holds its ordering key or queues behind it: unfinished, or dead holding it. */
 export const KEEPS_KEY = (j: string): string => `(${j}.state IN ${UNFINISHED} OR (${j}.state = 'dead' AND ${j}.hold_key_when_dead))`;

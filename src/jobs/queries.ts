@@ -1,5 +1,6 @@
 import type { NamedQuery } from '../storage/driver.ts';
 import { namedQueries } from '../storage/named.ts';
+import { BEHIND_IN_BATCH, lockOrderingKeys, orderingValues, UNFINISHED } from './ordering-sql.ts';
 
 /**
  * Every statement of the job state machine, for one schema. The schema name is
@@ -10,6 +11,8 @@ import { namedQueries } from '../storage/named.ts';
 export interface JobQueries {
   enqueue: NamedQuery;
   enqueueInTransaction: NamedQuery;
+  lockEnqueueKeys: NamedQuery;
+  enqueueKeyed: NamedQuery;
   currentXid: NamedQuery;
   findUnfinishedByKey: NamedQuery;
   findRecentlyCompletedByKey: NamedQuery;
@@ -72,8 +75,6 @@ export const CLAIMED_IN_ORDER = (claimed: string): string =>
   `SELECT id, queue, type, payload, attempt, max_attempts, claim_count, priority, correlation_id, created_at, expires_at, traceparent,
           ordering_key, ordering_seq, blocked
      FROM ${claimed} ORDER BY ${CLAIM_ORDER}`;
-/** The states of a job not yet finished (a job in one of them keeps its ordering key). */
-export const UNFINISHED = `('scheduled', 'available', 'active', 'retrying')`;
 /** When lease rescue dead-letters a job (j, its expired row e): out of attempts (a follower that never started spent none), or past its max age. */
 /**
  * The enqueue statement: $1 ids, $2 queue, $3 type, $4 priorities, $5 run times, $6 delays (ms),
@@ -94,6 +95,32 @@ function enqueueSql(s: string, guard: string): string {
         ${guard}
         ORDER BY i.ordering_key NULLS FIRST, i.ord
        ON CONFLICT (type, dedup_key) WHERE dedup_key IS NOT NULL AND state IN ${UNFINISHED} DO NOTHING
+       RETURNING id`;
+}
+
+/**
+ * The enqueue of a batch with ordering keys and no dedup keys, doing the
+ * acquire trigger's work set-wise (migration 18, ordering-sql.ts) after
+ * `lockEnqueueKeys`: the same parameters as {@link enqueueSql} and $15, the
+ * caller's xid (null on the pool). Only for batches without dedup keys: no
+ * row can then be skipped by a conflict and leave a row of its key queued
+ * behind it (a dedup key here meets the unique index without ON CONFLICT, an error).
+ */
+function enqueueKeyedSql(s: string): string {
+  return `INSERT INTO ${s}.jobs (id, queue, type, state, priority, run_at, max_attempts, dedup_key, correlation_id, expires_at,
+                              payload, ordering_key, hold_key_when_dead, traceparent, ordering_seq, blocked)
+       SELECT c.id, c.queue, $3,
+              CASE WHEN c.run_at > now() THEN 'scheduled' ELSE 'available' END,
+              c.priority, c.run_at, $7, c.dedup_key, c.correlation_id,
+              now() + $10::bigint * interval '1 millisecond', c.payload::jsonb, c.key, $13::boolean, $14::text,
+              ${orderingValues(s, 'c')}
+         FROM (SELECT i.*, ${BEHIND_IN_BATCH('i.queue', 'i.key', 'i.ord')} AS behind
+                 FROM (SELECT u.id, $2::text AS queue, u.priority, u.dedup_key, u.correlation_id, u.payload, u.ordering_key AS key, u.ord,
+                              COALESCE(u.run_at, now()) + u.delay_ms * interval '1 millisecond' AS run_at
+                         FROM unnest($1::uuid[], $4::smallint[], $5::timestamptz[], $6::bigint[], $8::text[], $9::text[], $11::text[], $12::text[])
+                              WITH ORDINALITY AS u(id, priority, run_at, delay_ms, dedup_key, correlation_id, payload, ordering_key, ord)) AS i) AS c
+        WHERE $15::xid8 IS NULL OR pg_current_xact_id() = $15::xid8
+        ORDER BY c.key NULLS FIRST, c.ord
        RETURNING id`;
 }
 
@@ -154,6 +181,11 @@ export function jobQueries(quotedSchema: string): JobQueries {
     // autocommit (a client whose transaction already ended) each statement has an xid of its own, so
     // nothing is inserted, rather than a job committed on its own.
     enqueueInTransaction: q('enqueue_tx', enqueueSql(s, 'WHERE pg_current_xact_id() = $15::xid8')),
+    // $1 queue, $2 ordering keys: a batch's keys locked, sorted, before `enqueueKeyed` (a statement of
+    // its own, so that the insert's snapshot sees every job of those keys committed before the locks).
+    lockEnqueueKeys: q('enqueue_lock_keys', lockOrderingKeys(s, `SELECT DISTINCT $1::text, k FROM unnest($2::text[]) AS k WHERE k IS NOT NULL`)),
+    // A batch of several jobs with ordering keys and without dedup keys, its ordering done set-wise.
+    enqueueKeyed: q('enqueue_keyed', enqueueKeyedSql(s)),
     currentXid: q('jobs_current_xid', `SELECT pg_current_xact_id()::text AS xid`),
     // $1 type, $2 keys, $3 window ms: the newest completed job per key within the window.
     findRecentlyCompletedByKey: q(
