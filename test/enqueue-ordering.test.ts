@@ -14,35 +14,18 @@ import { SET_WISE_MIN_ROWS } from '../src/jobs/enqueue.ts';
 import { jobQueries } from '../src/jobs/queries.ts';
 import { databaseUrl, testDatabases, type TestMailroom } from './helpers/databases.ts';
 import { explainPrepared, itPlans, PLAN_MODES, sqlArray } from './helpers/plans.ts';
+import { keyOrder, orderingRows } from './helpers/ordering-rows.ts';
 
 const step = defineJob<{ key: string; n: number }>('enqueue-ordering.step', { queue: 'eo' });
 const single = defineJob<{ key: string; n: number }>('enqueue-ordering.single', { queue: 'eo-single' });
 
-interface JobRow {
-  queue: string;
-  n: number;
-  key: string | null;
-  seq: string | null;
-  blocked: boolean;
-  state: string;
-}
-
-async function jobRows(t: TestMailroom): Promise<JobRow[]> {
-  return t.sql<JobRow>(
-    `SELECT queue, (payload->>'n')::int AS n, ordering_key AS key, ordering_seq::text AS seq, blocked, state
-       FROM "${t.schema}".jobs ORDER BY queue, ordering_seq NULLS FIRST, (payload->>'n')::int`,
-  );
-}
+const jobRows = (t: TestMailroom) => orderingRows(t, `payload->>'n'`);
 
 /** `items` and jobs of keys of their own after them (n from 1000), so that the batch is enqueued set-wise. */
 const filled = (items: { key: string; n: number }[]) => [
   ...items,
   ...Array.from({ length: Math.max(0, SET_WISE_MIN_ROWS - items.length) }, (_, i) => ({ key: `filler-${i}`, n: 1000 + i })),
 ];
-
-/** The jobs of a queue and key as `n:blocked|runnable`, in ordering_seq order. */
-const keyOrder = (rows: JobRow[], queue: string, key: string) =>
-  rows.filter((r) => r.queue === queue && r.key === key).map((r) => `${r.n}:${r.blocked ? 'blocked' : 'runnable'}`);
 
 for (const db of testDatabases()) {
   describe(`enqueueMany with ordering keys on ${db.name}`, () => {

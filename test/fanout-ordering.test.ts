@@ -14,24 +14,11 @@ import pg from 'pg';
 import { databaseUrl, testDatabases, type TestMailroom } from './helpers/databases.ts';
 import { flushUntil } from './helpers/relay.ts';
 import { explainPrepared, itPlans, PLAN_MODES, sqlArray } from './helpers/plans.ts';
+import { keyOrder, orderingRows } from './helpers/ordering-rows.ts';
 
 const noted = defineEvent<{ n: number }>('fanout.item-noted', { version: 1 });
 
-interface JobRow {
-  queue: string;
-  n: number;
-  key: string | null;
-  seq: string | null;
-  blocked: boolean;
-  state: string;
-}
-
-async function jobRows(t: TestMailroom): Promise<JobRow[]> {
-  return t.sql<JobRow>(
-    `SELECT queue, (payload->'data'->>'n')::int AS n, ordering_key AS key, ordering_seq::text AS seq, blocked, state
-       FROM "${t.schema}".jobs ORDER BY queue, (payload->'data'->>'n')::int`,
-  );
-}
+const jobRows = (t: TestMailroom) => orderingRows(t, `payload->'data'->>'n'`);
 
 /** Registers groups `names` for `noted` (their consumers started and stopped: the groups stay, nothing runs). */
 async function groups(t: TestMailroom, names: string[]): Promise<void> {
@@ -48,14 +35,6 @@ function event(n: number, key: string | null): RelayedEvent {
   const body = { specversion: '1.0', id, source: 'mailroom://test', type: noted.type, time: new Date().toISOString(), data: { n }, ...(key === null ? {} : { subject: key }) };
   // An xid past every snapshot: a group started before has not seen the event.
   return { position: String(n), xid: '9000000000', envelope: body as RelayedEvent['envelope'], body: JSON.stringify(body) };
-}
-
-/** The jobs of one queue as `n:blocked` in ordering_seq order (keyed jobs only). */
-function keyOrder(rows: JobRow[], queue: string, key: string): string[] {
-  return rows
-    .filter((r) => r.queue === queue && r.key === key)
-    .sort((a, b) => (BigInt(a.seq!) < BigInt(b.seq!) ? -1 : 1))
-    .map((r) => `${r.n}:${r.blocked ? 'blocked' : 'runnable'}`);
 }
 
 for (const db of testDatabases()) {
