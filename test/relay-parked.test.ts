@@ -12,7 +12,8 @@ import { nats } from '../src/brokers/nats/index.ts';
 import { rabbitmq } from '../src/brokers/rabbitmq/index.ts';
 import { testDatabases, type TestMailroom } from './helpers/databases.ts';
 import { withJsm } from './helpers/brokers/nats.ts';
-import { DEFAULT_MAX_MESSAGE_SIZE, setMaxMessageSize, withConnection } from './helpers/brokers/rabbitmq.ts';
+import { withConnection } from './helpers/brokers/rabbitmq.ts';
+import { PrivateRabbitNode } from './helpers/brokers/private-rabbitmq.ts';
 import { flushUntil } from './helpers/relay.ts';
 import { eventually } from './helpers/events.ts';
 
@@ -368,46 +369,54 @@ for (const db of testDatabases()) {
         const { mailroom } = t;
         const exchange = `mr-parked-${process.pid}-${Date.now().toString(36)}`;
         await mailroom.publishMany(sized, [{ n: 1, pad: '' }, { n: 2, pad: 'x'.repeat(3_000_000) }, { n: 3, pad: '' }, { n: 4, pad: '' }]);
-        const target = rabbitmq({ url: RABBITMQ_URL!, exchange });
+        // A private node: lowering max_message_size on the shared server would reach every test file using it.
+        const node = await PrivateRabbitNode.start();
+        const setMaxMessageSize = (bytes: number) => node.ctl('eval', `application:set_env(rabbit, max_message_size, ${bytes}).`);
+        const target = rabbitmq({ url: node.url, exchange });
         const relay = mailroom.relay({ internal: false, to: [target] });
-        await withConnection(async (connection) => {
-          const channel = await connection.createChannel();
-          await channel.assertExchange(exchange, 'topic', { durable: true });
-          const { queue } = await channel.assertQueue('', { exclusive: true });
-          await channel.bindQueue(queue, exchange, '#');
-          // Lowered for this test only (every client of the server sees it); the target's channel opens after it.
-          await setMaxMessageSize(2 * 1024 * 1024);
-          try {
-            await flushUntil(relay, 3, target.name, 30_000, mailroom);
-          } finally {
-            await setMaxMessageSize(DEFAULT_MAX_MESSAGE_SIZE);
-            await relay.stop();
-          }
-          const rows = await parkedRows(t);
-          assert.equal(rows.length, 1);
-          assert.equal(rows[0]!.n, 2);
-          assert.match(rows[0]!.reason, /^rabbitmq: its message of 3\d{6} bytes is larger than the broker's max_message_size \(2097152 bytes\)/);
-          const ns: number[] = [];
-          for (let message = await channel.get(queue, { noAck: true }); message; message = await channel.get(queue, { noAck: true })) {
-            ns.push((JSON.parse(message.content.toString()) as { data: { n: number } }).data.n);
-          }
-          // Event 1 may have been confirmed before the channel closed, and is then sent again with the rest.
-          assert.deepEqual([...new Set(ns)], [1, 3, 4]);
-          assert.equal((await mailroom.stats()).relay[target.name]!.parked, 1);
+        try {
+          await withConnection(async (connection) => {
+            const channel = await connection.createChannel();
+            await channel.assertExchange(exchange, 'topic', { durable: true });
+            const { queue } = await channel.assertQueue('', { exclusive: true });
+            await channel.bindQueue(queue, exchange, '#');
+            // Lowered for channels opened from now on: the target's opens after it.
+            const defaultMaxMessageSize = (await node.ctl('eval', 'application:get_env(rabbit, max_message_size).')).trim();
+            await setMaxMessageSize(2 * 1024 * 1024);
+            try {
+              await flushUntil(relay, 3, target.name, 30_000, mailroom);
+            } finally {
+              await setMaxMessageSize(Number(/\d+/.exec(defaultMaxMessageSize)![0]));
+              await relay.stop();
+            }
+            const rows = await parkedRows(t);
+            assert.equal(rows.length, 1);
+            assert.equal(rows[0]!.n, 2);
+            assert.match(rows[0]!.reason, /^rabbitmq: its message of 3\d{6} bytes is larger than the broker's max_message_size \(2097152 bytes\)/);
+            const ns: number[] = [];
+            for (let message = await channel.get(queue, { noAck: true }); message; message = await channel.get(queue, { noAck: true })) {
+              ns.push((JSON.parse(message.content.toString()) as { data: { n: number } }).data.n);
+            }
+            // Event 1 may have been confirmed before the channel closed, and is then sent again with the rest.
+            assert.deepEqual([...new Set(ns)], [1, 3, 4]);
+            assert.equal((await mailroom.stats()).relay[target.name]!.parked, 1);
 
-          // The limit back up (the finally above): republishing delivers it and unparks it.
-          const again = rabbitmq({ url: RABBITMQ_URL!, exchange });
-          try {
-            assert.deepEqual(await mailroom.parkedEvents.republish(again), { republished: [rows[0]!.event_id], refused: [] });
-          } finally {
-            await again.close();
-          }
-          const late = await channel.get(queue, { noAck: true });
-          assert.ok(late, 'the republished event reached the queue');
-          assert.equal((JSON.parse(late.content.toString()) as { data: { n: number } }).data.n, 2);
-          assert.deepEqual(await mailroom.parkedEvents.list(), []);
-          await channel.deleteExchange(exchange);
-        });
+            // The limit back up (the finally above): republishing delivers it and unparks it.
+            const again = rabbitmq({ url: node.url, exchange });
+            try {
+              assert.deepEqual(await mailroom.parkedEvents.republish(again), { republished: [rows[0]!.event_id], refused: [] });
+            } finally {
+              await again.close();
+            }
+            const late = await channel.get(queue, { noAck: true });
+            assert.ok(late, 'the republished event reached the queue');
+            assert.equal((JSON.parse(late.content.toString()) as { data: { n: number } }).data.n, 2);
+            assert.deepEqual(await mailroom.parkedEvents.list(), []);
+            await channel.deleteExchange(exchange);
+          }, node.url);
+        } finally {
+          await node.stop();
+        }
       },
     );
 

@@ -5,15 +5,12 @@
  * `restart()` stops and starts (`rabbitmqctl stop_app` + `start_app`). The
  * shared server is never stopped: other test files use it at the same time.
  */
-import { execFile } from 'node:child_process';
-import { promisify } from 'node:util';
 import { connect, type ChannelModel } from 'amqplib';
 import { rabbitmq, rabbitmqSource } from '../../../src/brokers/rabbitmq/index.ts';
 import type { ConsumerSource } from '../../../src/brokers/source.ts';
 import type { BrokerFixture, BrokerPair, PairDescription, RawPublisher } from './fixture.ts';
 import { PrivateRabbitNode } from './private-rabbitmq.ts';
 
-const run = promisify(execFile);
 const url = process.env.RABBITMQ_URL ?? null;
 
 function requireUrl(): string {
@@ -31,18 +28,6 @@ export async function withConnection<T>(fn: (connection: ChannelModel) => Promis
     await connection.close().catch(() => {});
   }
 }
-
-/**
- * Sets the server's `max_message_size` (bytes; RabbitMQ 3.10's default is 128 MiB) for channels
- * opened from now on. Restore it when done: it applies to every client of the server.
- */
-export async function setMaxMessageSize(bytes: number): Promise<void> {
-  if (!Number.isInteger(bytes) || bytes <= 0) throw new Error(`max_message_size must be a positive integer, got ${bytes}`);
-  await run('rabbitmqctl', ['eval', `application:set_env(rabbit, max_message_size, ${bytes}).`], { timeout: 60_000 });
-}
-
-/** RabbitMQ 3.10's default `max_message_size`. */
-export const DEFAULT_MAX_MESSAGE_SIZE = 134_217_728;
 
 /** Declares the pair's exchange and queue (idempotent). */
 async function declarePair(brokerUrl: string, exchange: string, queue: string): Promise<void> {
