@@ -75,7 +75,6 @@ export const CLAIMED_IN_ORDER = (claimed: string): string =>
   `SELECT id, queue, type, payload, attempt, max_attempts, claim_count, priority, correlation_id, created_at, expires_at, traceparent,
           ordering_key, ordering_seq, blocked
      FROM ${claimed} ORDER BY ${CLAIM_ORDER}`;
-/** When lease rescue dead-letters a job (j, its expired row e): out of attempts (a follower that never started spent none), or past its max age. */
 /**
  * The enqueue statement: $1 ids, $2 queue, $3 type, $4 priorities, $5 run times, $6 delays (ms),
  * $7 max attempts, $8 dedup keys, $9 correlation ids, $10 max age (ms), $11 payloads, $12 ordering
@@ -126,6 +125,7 @@ function enqueueKeyedSql(s: string): string {
 
 /** Whether a job rescheduled by $3 milliseconds would wait past its expires_at (its maxAge). */
 const PAST_MAX_AGE = `COALESCE(now() + $3::bigint * interval '1 millisecond' > expires_at, false)`;
+/** When lease rescue dead-letters a job (j, its expired row e): out of attempts (a follower that never started spent none), or past its max age. */
 const RESCUED_DEAD = `((NOT e.unstarted AND j.attempt >= j.max_attempts) OR COALESCE(j.expires_at < now(), false))`;
 
 /**
@@ -184,7 +184,8 @@ export function jobQueries(quotedSchema: string): JobQueries {
     // $1 queue, $2 ordering keys: a batch's keys locked, sorted, before `enqueueKeyed` (a statement of
     // its own, so that the insert's snapshot sees every job of those keys committed before the locks).
     lockEnqueueKeys: q('enqueue_lock_keys', lockOrderingKeys(s, `SELECT DISTINCT $1::text, k FROM unnest($2::text[]) AS k WHERE k IS NOT NULL`)),
-    // A batch of several jobs with ordering keys and without dedup keys, its ordering done set-wise.
+    // A batch of many jobs (enqueue.ts, SET_WISE_MIN_ROWS) with ordering keys and without dedup keys, its
+    // ordering done set-wise.
     enqueueKeyed: q('enqueue_keyed', enqueueKeyedSql(s)),
     currentXid: q('jobs_current_xid', `SELECT pg_current_xact_id()::text AS xid`),
     // $1 type, $2 keys, $3 window ms: the newest completed job per key within the window.
