@@ -12,6 +12,8 @@ import pg from 'pg';
 import { defineJob, TransactionEndedError } from '../src/index.ts';
 import { SET_WISE_MIN_ROWS } from '../src/jobs/enqueue.ts';
 import { jobQueries } from '../src/jobs/queries.ts';
+import { ingestQueries } from '../src/consumers/ingest-queries.ts';
+import { fanOutQueries } from '../src/relay/fanout-queries.ts';
 import { databaseUrl, testDatabases, type TestMailroom } from './helpers/databases.ts';
 import { explainPrepared, itPlans, PLAN_MODES, sqlArray } from './helpers/plans.ts';
 import { duringCompletionOfKey, keyOrder, orderingRows } from './helpers/ordering-rows.ts';
@@ -131,6 +133,25 @@ for (const db of testDatabases()) {
         assert.match(plan, /Insert on jobs \(actual rows=200 /, `${mode}:\n${plan}`);
         assert.doesNotMatch(plan, /Seq Scan on jobs|Hash/, `${mode}: no probe reads the whole table:\n${plan}`);
         assert.match(plan, /Scan using jobs_ordering(_holder)?_idx on jobs held .*loops=200\)\n\s+Index Cond: \(\(queue = (c\.queue|\(\$2\))\) AND \(ordering_key = (c\.key|u\.ordering_key)\)\)/, `${mode}: one probe of the key per job:\n${plan}`);
+      }
+    });
+    itPlans(db, 'every set-wise lock statement (enqueue, fan-out, broker store) takes its keys in (queue, key) order, whatever plan removes the duplicates', async (t, session) => {
+      // The release locks keys in (queue, key) order; a lock statement in another order could deadlock
+      // with it. With sorting priced out, the duplicates go through a hash, whose order is no order:
+      // only the statement's own ORDER BY then sorts the keys.
+      await session.query('SET enable_sort = off');
+      const keys = sqlArray(['b', 'a', 'c', 'a']);
+      const statements = [
+        { name: 'enqueue_lock', text: jobQueries(`"${t.schema}"`).lockEnqueueKeys.text, args: `'eo', ${keys}` },
+        { name: 'ingest_lock', text: ingestQueries(`"${t.schema}"`).lockKeys.text, args: `${keys}, 'consumer.g'` },
+        { name: 'fanout_lock', text: fanOutQueries(`"${t.schema}"`).lockKeys.text, args: `${sqlArray(['t', 't', 't', 't'])}, ${sqlArray(['1', '1', '1', '1'])}, ${keys}, NULL` },
+      ];
+      for (const { name, text, args } of statements) {
+        for (const mode of PLAN_MODES) {
+          const plan = await explainPrepared(session, mode, name, text, args, 'COSTS OFF');
+          assert.match(plan, /HashAggregate/, `${name} ${mode}: the duplicates go through a hash here:\n${plan}`);
+          assert.match(plan, /Subquery Scan on "\*SELECT\*"\n\s+->  Sort\n\s+Sort Key: [^\n]+\n\s+->  HashAggregate/, `${name} ${mode}: the hash's rows sorted (by queue and key) before they are locked:\n${plan}`);
+        }
       }
     });
   });

@@ -29,6 +29,24 @@ async function outboxCount(t: TestMailroom): Promise<number> {
   return row!.n;
 }
 
+interface OutboxRow {
+  id: string;
+  n: number;
+  subject: string | null;
+  position: string;
+  xid: string;
+  prev_position: string | null;
+  prev_xid: string | null;
+}
+
+/** The outbox's rows in position order, with each keyed row's previous row. */
+async function outboxRows(t: TestMailroom): Promise<OutboxRow[]> {
+  return t.sql<OutboxRow>(
+    `SELECT id, (data->>'n')::int AS n, subject, position::text AS position, xid::text AS xid, prev_position::text AS prev_position, prev_xid::text AS prev_xid
+       FROM "${t.schema}".outbox ORDER BY position`,
+  );
+}
+
 describe('defineEvent', () => {
   it('accepts lower-case dotted names and rejects others, naming the type', () => {
     for (const bad of ['OrderCreated', 'order', 'order..created', 'order.Created', '1order.created', 'order.created.', '', 'a'.repeat(120) + '.created1234']) {
@@ -143,10 +161,7 @@ for (const db of testDatabases()) {
         xid = (await tx.query<{ xid: string }>('SELECT pg_current_xact_id()::text AS xid')).rows[0]!.xid;
         return published;
       });
-      const rows = await t.sql<{ id: string; n: number; subject: string | null; position: string; xid: string; prev_position: string | null; prev_xid: string | null }>(
-        `SELECT id, (data->>'n')::int AS n, subject, position::text AS position, xid::text AS xid, prev_position::text AS prev_position, prev_xid::text AS prev_xid
-           FROM "${t.schema}".outbox ORDER BY position`,
-      );
+      const rows = await outboxRows(t);
       assert.deepEqual(rows.map((r) => r.id), [first.id, ...many.ids], 'positions in publish order');
       const at = (n: number) => rows.find((r) => r.n === n)!;
       assert.deepEqual(rows.map((r) => [r.n, r.subject]), [[0, 'a'], [1, 'a'], [2, 'b'], [3, 'c'], [4, 'b'], [5, 'a']]);
@@ -174,9 +189,7 @@ for (const db of testDatabases()) {
           await client.query('ROLLBACK').catch(() => {});
           client.release();
         }
-        const rows = await t.sql<{ n: number; prev_position: string | null; prev_xid: string | null }>(
-          `SELECT (data->>'n')::int AS n, prev_position::text AS prev_position, prev_xid::text AS prev_xid FROM "${t.schema}".outbox ORDER BY position`,
-        );
+        const rows = await outboxRows(t);
         assert.deepEqual(rows.map((r) => [r.n, r.prev_position, r.prev_xid]), [[0, '0', '0'], [1, null, null], [2, null, null], [3, null, null]]);
       },
     );
@@ -205,10 +218,7 @@ for (const db of testDatabases()) {
           await c1.query('COMMIT');
           const batch = await pending;
           await c2.query('COMMIT');
-          const rows = await t.sql<{ id: string; n: number; position: string; xid: string; prev_position: string | null; prev_xid: string | null }>(
-            `SELECT id, (data->>'n')::int AS n, position::text AS position, xid::text AS xid, prev_position::text AS prev_position, prev_xid::text AS prev_xid
-               FROM "${t.schema}".outbox ORDER BY position`,
-          );
+          const rows = await outboxRows(t);
           assert.deepEqual(rows.map((r) => r.id), [held.id, next.id, ...batch.ids], 'the waiting batch takes its positions after the holder committed');
           const at = (n: number) => rows.find((r) => r.n === n)!;
           // Its snapshot is taken after the lock was granted: it sees T1's rows, committed while it waited.

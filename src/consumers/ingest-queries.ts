@@ -1,6 +1,6 @@
 import type { NamedQuery } from '../storage/driver.ts';
 import { namedQueries } from '../storage/named.ts';
-import { BEHIND_IN_BATCH, lockOrderingKeys, orderingValues } from '../jobs/ordering-sql.ts';
+import { BEHIND_IN_BATCH, lockQueueKeys, orderingValues } from '../jobs/ordering-sql.ts';
 
 /** Statements that store broker messages for a consumer group, for one quoted schema. Every value is a bind parameter. */
 export interface IngestQueries {
@@ -17,7 +17,7 @@ export function ingestQueries(quotedSchema: string): IngestQueries {
     // $1 keys, $2 queue. The lock of the batch's keys (ordering-sql.ts, migration 18), in a
     // statement of its own before `storeEvents`, so that its snapshot sees every job of those keys
     // committed before the locks were granted.
-    lockKeys: q('ingest_lock_keys', lockOrderingKeys(s, `SELECT DISTINCT $2::text, k FROM unnest($1::text[]) AS k WHERE k IS NOT NULL`)),
+    lockKeys: q('ingest_lock_keys', lockQueueKeys(s, '$2', '$1')),
     // $1 job ids, $2 types, $3 keys, $4 correlation ids, $5 envelopes (json text), $6 queue,
     // $7 max attempts, $8 max age ms (null: none). The statement does the ordering trigger's work
     // itself, set-wise, with the keys locked by `lockKeys`: a key's jobs get their ordering_seq in

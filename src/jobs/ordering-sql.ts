@@ -27,6 +27,17 @@ export function lockOrderingKeys(s: string, pairs: string): string {
 }
 
 /**
+ * Locks the ordering keys `keys` (a text[] parameter) of one queue (`queue`, a
+ * text parameter), as {@link lockOrderingKeys} does: for a batch of one queue.
+ *
+ * @example
+ * lockQueueKeys('"mailroom"', '$2', '$1') // $1 keys, $2 queue
+ */
+export function lockQueueKeys(s: string, queue: string, keys: string): string {
+  return lockOrderingKeys(s, `SELECT DISTINCT ${queue}::text, k FROM unnest(${keys}::text[]) AS k WHERE k IS NOT NULL`);
+}
+
+/**
  * True for a row that an earlier row of the same queue and key in the same
  * batch comes before (`ord`: the batch's order), to be computed where the
  * batch holds only rows it will insert.

@@ -1,6 +1,6 @@
 import type { NamedQuery } from '../storage/driver.ts';
 import { namedQueries } from '../storage/named.ts';
-import { BEHIND_IN_BATCH, lockOrderingKeys, orderingValues, UNFINISHED } from './ordering-sql.ts';
+import { BEHIND_IN_BATCH, lockQueueKeys, orderingValues, UNFINISHED } from './ordering-sql.ts';
 
 /**
  * Every statement of the job state machine, for one schema. The schema name is
@@ -183,7 +183,7 @@ export function jobQueries(quotedSchema: string): JobQueries {
     enqueueInTransaction: q('enqueue_tx', enqueueSql(s, 'WHERE pg_current_xact_id() = $15::xid8')),
     // $1 queue, $2 ordering keys: a batch's keys locked, sorted, before `enqueueKeyed` (a statement of
     // its own, so that the insert's snapshot sees every job of those keys committed before the locks).
-    lockEnqueueKeys: q('enqueue_lock_keys', lockOrderingKeys(s, `SELECT DISTINCT $1::text, k FROM unnest($2::text[]) AS k WHERE k IS NOT NULL`)),
+    lockEnqueueKeys: q('enqueue_lock_keys', lockQueueKeys(s, '$1', '$2')),
     // A batch of many jobs (enqueue.ts, SET_WISE_MIN_ROWS) with ordering keys and without dedup keys, its
     // ordering done set-wise.
     enqueueKeyed: q('enqueue_keyed', enqueueKeyedSql(s)),
