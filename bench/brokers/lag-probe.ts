@@ -4,7 +4,7 @@
  * event, from the database's clock: outbox commit -> job stored (relay,
  * broker, ingest) -> job completed (worker). Prints percentiles of each.
  *
- *   npx tsx bench/brokers/lag-probe.ts   (env: BROKER=rabbitmq|nats|redis, INTERNAL=1, RATE, SECONDS, KEYS, PER_TX, RBATCH (the relay's batchSize; unset: its default), SECONDLY=1 for each second's percentiles, MONITOR=1 for the relay's and the group's backlog each second, ROUNDS=1, KEEP=1)
+ *   npx tsx bench/brokers/lag-probe.ts   (env: BROKER=rabbitmq|nats|redis, INTERNAL=1, RATE, SECONDS, KEYS, PER_TX, RBATCH (the relay's batchSize; unset: its default), WPREFETCH (the group's worker prefetch, default 200), SOURCE_PREFETCH (the broker source's, default 500), SECONDLY=1 for each second's percentiles, MONITOR=1 for the relay's and the group's backlog each second, ROUNDS=1, KEEP=1)
  */
 import pg from 'pg';
 import { createMailroom } from '../../dist/index.js';
@@ -35,7 +35,7 @@ const consumer = mailroom.consumer({
   group: 'bench',
   ...(internal ? {} : { source: setup.source(name) }),
   concurrency: 50,
-  prefetch: 200,
+  prefetch: Number(process.env.WPREFETCH ?? 200),
   pollInterval: 200,
   handlers: { [noted.type]: async () => { if (++handled >= total) resolveAll(); } },
 });

@@ -5,6 +5,7 @@
  *
  *   N=20000 TARGET=null|redis|nats|rabbitmq npx tsx bench/brokers/relay-alone.ts
  *   PROF=1 ...   a CPU profile of the relay's run only, in /tmp/prof
+ *   HEAP=1 ...   sampled allocations of the relay's run only, in /tmp/prof/relay-<time>.heapprofile
  */
 import { createMailroom, type RelayTarget } from '../../dist/index.js';
 import { createDatabase, dropDatabase } from '../db.ts';
@@ -31,18 +32,25 @@ if (process.env.LOG_STATEMENTS) {
   await c.query(`ALTER DATABASE "${name}" SET log_min_duration_statement = 0`);
   await c.end();
 }
-/** Starts the inspector's CPU profiler; the returned function writes /tmp/prof/relay-<time>.cpuprofile. */
-async function startProfile(): Promise<() => Promise<void>> {
+/**
+ * Starts the inspector's CPU profiler, or with `heap` its sampling heap profiler (every object
+ * allocated, collected or not); the returned function writes /tmp/prof/relay-<time>.cpuprofile or .heapprofile.
+ */
+async function startProfile(heap: boolean): Promise<() => Promise<void>> {
   const { Session } = await import('node:inspector/promises');
   const { mkdir, writeFile } = await import('node:fs/promises');
   const session = new Session();
   session.connect();
-  await session.post('Profiler.enable');
-  await session.post('Profiler.start');
+  if (heap) {
+    await session.post('HeapProfiler.startSampling', { samplingInterval: 4096, includeObjectsCollectedByMajorGC: true, includeObjectsCollectedByMinorGC: true });
+  } else {
+    await session.post('Profiler.enable');
+    await session.post('Profiler.start');
+  }
   return async () => {
-    const { profile } = await session.post('Profiler.stop');
+    const { profile } = heap ? await session.post('HeapProfiler.stopSampling') : await session.post('Profiler.stop');
     await mkdir('/tmp/prof', { recursive: true });
-    await writeFile(`/tmp/prof/relay-${Date.now()}.cpuprofile`, JSON.stringify(profile));
+    await writeFile(`/tmp/prof/relay-${Date.now()}.${heap ? 'heapprofile' : 'cpuprofile'}`, JSON.stringify(profile));
     session.disconnect();
   };
 }
@@ -58,7 +66,7 @@ try {
   relay.on('warning', () => {});
   let delivered = 0;
   const done = new Promise<void>((resolve) => relay.on('delivered', (i) => (delivered += i.count) >= N && resolve()));
-  const profiler = process.env.PROF ? await startProfile() : null;
+  const profiler = process.env.PROF || process.env.HEAP ? await startProfile(Boolean(process.env.HEAP)) : null;
   const cpuBefore = sampleCpu();
   const started = now();
   await relay.start();
