@@ -59,6 +59,7 @@ import type { Registry } from 'prom-client';
 import { emitRescued, forwardConsumer, forwardRelay, forwardWorker, LazyForwarding } from './observe/forward.ts';
 import { attachLogger, checkLogger, type MailroomLogger } from './observe/logger.ts';
 import { checkQueueSettings, type QueueSettings } from './queue-settings.ts';
+import { refreshStatistics, statisticsQueries, type AnalyzedTable } from './storage/statistics.ts';
 
 /** Options of {@link createMailroom}. */
 export interface MailroomOptions {
@@ -232,12 +233,14 @@ export class Mailroom extends SafeEmitter<MailroomEvents> {
     this.maxPayloadBytes = options.maxPayloadBytes ?? DEFAULT_MAX_PAYLOAD_BYTES;
     const rescueMs = toMilliseconds(options.rescueInterval ?? '5s', 'rescueInterval');
     this.retention = resolveRetention(options.retention);
+    const statistics = statisticsQueries(this.quotedSchema);
     this.maintenance = new Maintenance(driver, this.queries, retentionQueries(this.quotedSchema), this.retention, Math.max(10, rescueMs), (error) => {
         const explained = this.explain(error);
         if (this.listenerCount('error') > 0) this.emit('error', { origin: { component: 'maintenance' }, error: explained });
         else console.error('[mailroom] maintenance:', explained.message);
       },
       (job) => emitRescued(this, job),
+      () => refreshStatistics(driver, statistics, this.quotedSchema),
     );
     const admin = adminQueries(this.quotedSchema);
     this.admin = admin;
@@ -523,16 +526,20 @@ export class Mailroom extends SafeEmitter<MailroomEvents> {
   }
 
   /**
-   * Runs maintenance once now: rescues jobs whose lease expired, and prunes
-   * finished jobs past their retention. Workers do this on their own.
+   * Runs maintenance once now: rescues jobs whose lease expired, prunes
+   * finished jobs past their retention, and analyzes the tables (jobs, outbox,
+   * inbox) that grew past twice the size their planner statistics recorded,
+   * where autovacuum does not (PGlite, or a server with autovacuum off).
+   * Workers do this on their own.
    *
    * @example
-   * const { rescued, pruned } = await mailroom.maintain();
+   * const { rescued, pruned, analyzed } = await mailroom.maintain();
    */
-  async maintain(): Promise<{ rescued: number; pruned: number }> {
+  async maintain(): Promise<{ rescued: number; pruned: number; analyzed: AnalyzedTable[] }> {
     const rescued = await this.maintenance.rescueExpired().catch((e) => this.fail(e));
     const pruned = await this.maintenance.prune().catch((e) => this.fail(e));
-    return { rescued, pruned };
+    const analyzed = await this.maintenance.analyzeStale().catch((e) => this.fail(e));
+    return { rescued, pruned, analyzed };
   }
 
   /**

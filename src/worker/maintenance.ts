@@ -2,6 +2,7 @@ import type { JobQueries } from '../jobs/queries.ts';
 import type { Driver } from '../storage/driver.ts';
 import type { RetentionQueries } from '../jobs/retention-queries.ts';
 import { prune, type RetentionPolicy } from '../retention.ts';
+import type { AnalyzedTable } from '../storage/statistics.ts';
 
 const RESCUE_BATCH = 500;
 
@@ -44,7 +45,14 @@ export class Maintenance {
     private readonly intervalMs: number,
     private readonly onError: (error: unknown) => void,
     private readonly onRescued: (job: RescuedJob) => void = () => {},
+    /** Analyzes the tables whose statistics fell behind (src/storage/statistics.ts). */
+    private readonly refreshStatistics: () => Promise<AnalyzedTable[]> = async () => [],
   ) {}
+
+  /** One statistics pass: analyzes the tables that grew past twice the size their statistics recorded. */
+  analyzeStale(): Promise<AnalyzedTable[]> {
+    return this.refreshStatistics();
+  }
 
   /** One retention pass: deletes finished jobs past their retention, in bounded batches. */
   prune(): Promise<number> {
@@ -69,6 +77,7 @@ export class Maintenance {
     this.timer = setInterval(() => {
       if (this.running) return;
       this.running = this.rescueExpired()
+        .then(() => this.analyzeStale())
         .catch(this.onError)
         .finally(() => (this.running = undefined));
     }, this.intervalMs);
