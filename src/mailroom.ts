@@ -413,7 +413,9 @@ export class Mailroom extends SafeEmitter<MailroomEvents> {
    */
   relay(options: RelayOptions = {}): Relay {
     const resolved = resolveRelayOptions(options, internalTarget(this.fanOutQueries));
-    const relay = new Relay(this.driver, this.relayQueries, this.outboxQueries, this.wakeQueries, `${this.schema}_outbox`, resolved, this.maxPayloadBytes);
+    const relay = new Relay(this.driver, this.relayQueries, this.outboxQueries, this.wakeQueries, `${this.schema}_outbox`, resolved, this.maxPayloadBytes, () =>
+      this.maintenance.analyzeStale(),
+    );
     forwardRelay(relay, this, this.forwarding);
     this.relays.add(relay);
     return relay;

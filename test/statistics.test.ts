@@ -6,7 +6,7 @@
  */
 import { describe, it } from 'node:test';
 import assert from 'node:assert/strict';
-import { defineJob } from '../src/index.ts';
+import { defineEvent, defineJob } from '../src/index.ts';
 import { jobQueries } from '../src/jobs/queries.ts';
 import { MIN_PAGES } from '../src/storage/statistics.ts';
 import { testDatabases, type TestMailroom } from './helpers/databases.ts';
@@ -14,15 +14,25 @@ import { itPlans } from './helpers/plans.ts';
 
 const chore = defineJob<{ n: number; pad: string }>('statistics.chore', { queue: 'stats' });
 const PAD = 'x'.repeat(200);
+const noted = defineEvent<{ n: number; pad: string }>('statistics.noted', { version: 1 });
 
-/** The jobs table's size now and as its statistics last recorded it, in pages. */
-async function jobsPages(t: TestMailroom): Promise<{ now: number; recorded: number }> {
+/** A table's size now and as its statistics last recorded it, in pages. */
+async function jobsPages(t: TestMailroom, table = 'jobs'): Promise<{ now: number; recorded: number }> {
   const [row] = await t.sql<{ now: number; recorded: number }>(
     `SELECT (pg_relation_size(c.oid) / current_setting('block_size')::int)::int AS now, c.relpages AS recorded
        FROM pg_class AS c WHERE c.oid = $1::regclass`,
-    [`"${t.schema}".jobs`],
+    [`"${t.schema}".${table}`],
   );
   return row!;
+}
+
+/** Waits until the table's statistics record some pages. */
+async function analyzedWithin(t: TestMailroom, table: string, ms: number): Promise<void> {
+  const deadline = Date.now() + ms;
+  while ((await jobsPages(t, table)).recorded === 0) {
+    assert.ok(Date.now() < deadline, `${table} analyzed within ${ms / 1000} s`);
+    await new Promise((r) => setTimeout(r, 50));
+  }
 }
 
 async function enqueue(t: TestMailroom, count: number): Promise<void> {
@@ -57,13 +67,22 @@ for (const db of testDatabases()) {
       const worker = t.mailroom.worker({ queues: ['stats'], concurrency: 4, handlers: { [chore.name]: async () => {} } });
       await worker.start();
       try {
-        const deadline = Date.now() + 10_000;
-        while ((await jobsPages(t)).recorded === 0) {
-          assert.ok(Date.now() < deadline, 'analyzed within 10 s');
-          await new Promise((r) => setTimeout(r, 50));
-        }
+        await analyzedWithin(t, 'jobs', 10_000);
       } finally {
         await worker.stop();
+      }
+    });
+
+    it('a relay in a process without a worker analyzes the outbox by itself', async () => {
+      const t = await db.open();
+      for (let i = 0; i < 1500; i += 500) await t.mailroom.publishMany(noted, Array.from({ length: 500 }, (_, n) => ({ n: i + n, pad: PAD })));
+      assert.equal((await jobsPages(t, 'outbox')).recorded, 0);
+      const relay = t.mailroom.relay({ to: [{ name: 'nowhere', publish: async () => {} }], internal: false });
+      await relay.start();
+      try {
+        await analyzedWithin(t, 'outbox', 10_000); // checked at its start, then every 5 s
+      } finally {
+        await relay.stop();
       }
     });
   });

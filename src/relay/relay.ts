@@ -82,6 +82,8 @@ const HELD_BACK_RECHECK_MS = 50;
 const PRUNE_BATCH = 1000;
 const MAX_PRUNE_BATCHES = 100;
 const MAX_ERROR_BACKOFF_MS = 5_000;
+/** How often a running relay checks whether mailroom's tables need `ANALYZE` (src/storage/statistics.ts). */
+const STATISTICS_INTERVAL_MS = 5_000;
 /** Rounds in a row that found events deliverable yet delivered none: past this, a relay stops and says so instead of spinning. */
 const MAX_EMPTY_AGAIN = 100;
 
@@ -110,6 +112,7 @@ export class Relay extends SafeEmitter<RelayEvents> {
   private state: 'idle' | 'running' | 'stopping' | 'stopped' = 'idle';
   private loops: Promise<void>[] = [];
   private timers: NodeJS.Timeout[] = [];
+  private refreshing: Promise<unknown> | undefined;
   private unlisten: (() => Promise<void>) | undefined;
   private pruning: Promise<unknown> | undefined;
   /** Asks publishers for a NOTIFY while this relay sleeps, and not while events keep coming (see WakeGate). */
@@ -127,6 +130,8 @@ export class Relay extends SafeEmitter<RelayEvents> {
     private readonly options: ResolvedRelayOptions,
     /** The mailroom's `maxPayloadBytes`, for the targets' size checks. */
     private readonly maxPayloadBytes?: number,
+    /** Analyzes mailroom's tables whose statistics fell behind (src/storage/statistics.ts), for a process that runs no worker. */
+    private readonly refreshStatistics: () => Promise<unknown> = async () => [],
   ) {
     super();
     this.id = options.id;
@@ -174,9 +179,12 @@ export class Relay extends SafeEmitter<RelayEvents> {
     if (this.state !== 'running') return; // stopped meanwhile
     const renew = setInterval(() => void this.renewAll(), Math.max(50, Math.floor(this.options.leaseMs / 3)));
     const prune = setInterval(() => void this.pruneInBackground(), Math.min(60_000, Math.max(1000, Math.floor(this.options.retentionMs / 10))));
+    const statistics = setInterval(() => void this.refreshInBackground(), STATISTICS_INTERVAL_MS);
     renew.unref();
     prune.unref();
-    this.timers = [renew, prune];
+    statistics.unref();
+    this.timers = [renew, prune, statistics];
+    this.refreshInBackground();
     this.loops = this.states.map((s) => this.loop(s));
     void this.check().then(
       (warnings) => {
@@ -585,6 +593,13 @@ export class Relay extends SafeEmitter<RelayEvents> {
       }
     }
     return 'held-back';
+  }
+
+  private refreshInBackground(): void {
+    if (this.refreshing || this.state !== 'running') return;
+    this.refreshing = this.refreshStatistics()
+      .catch((error: unknown) => this.report(error))
+      .finally(() => (this.refreshing = undefined));
   }
 
   private async pruneInBackground(): Promise<void> {
