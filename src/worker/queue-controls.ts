@@ -70,6 +70,11 @@ export class QueueControls {
     this.refreshedAt = Date.now();
   }
 
+  /** Whether `queue` had shared limits (a rate limit, global concurrency or a back-off) at the last look. */
+  limits(queue: string): boolean {
+    return this.controlled.has(queue);
+  }
+
   /**
    * Claims up to `limit` jobs from `queue`, within its shared limits if it has any. Without limits,
    * up to `chains.perHead` jobs behind each head of an ordering key, and behind each of the

@@ -392,9 +392,12 @@ export class Worker extends SafeEmitter<WorkerEvents> {
             else this.emit('stale', refOf(row));
           }
           settle();
-          // A committed completion may have unblocked the next job of an ordering key: look again,
-          // unless this worker holds that next job (a follower) and just started it.
-          if (!this.afterJob(row, recorded) && this.state === 'running') this.poke();
+          // A committed completion may have unblocked the next job of an ordering key, or freed room
+          // under a queue's shared limits: look again, unless this worker holds that next job (a
+          // follower) and just started it. A worker whose last claim found too little has nothing to
+          // look for after a job that had neither: new work announces itself (NOTIFY, the poll).
+          const mayFree = row.ordering_key !== null || this.controls.limits(row.queue) || !this.starved;
+          if (!this.afterJob(row, recorded) && this.state === 'running' && mayFree) this.poke();
         },
         (error: unknown) => {
           this.report(error);
