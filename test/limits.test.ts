@@ -83,6 +83,27 @@ for (const db of testDatabases()) {
       if (db.name === 'postgres') await Promise.all(rooms.map((m) => m.close()));
     });
 
+    it('under a global concurrency cap, a finished job lets the next one start at once, not at the next poll', async () => {
+      const { mailroom } = await db.open();
+      const job = defineJob<{ n: number }>('limits.next', { queue: 'one-at-a-time' });
+      await mailroom.enqueueMany(job, [{ n: 0 }, { n: 1 }, { n: 2 }]);
+      // The cap leaves each claim short of the worker's room, as a queue with nothing waiting would; a
+      // short claim is otherwise no reason to look again after a job. The poll (1 minute) must not be what
+      // starts the next job: the completion that frees the cap's room does.
+      const worker = mailroom.worker({
+        queues: ['one-at-a-time'],
+        concurrency: 4,
+        pollInterval: '1m',
+        globalConcurrency: 1,
+        handlers: { [job.name]: () => new Promise((r) => setTimeout(r, 300)) },
+      });
+      // Three jobs of 300 ms one after another: well within 10 s, and far from the poll.
+      const done = completions([worker], 3, 10_000);
+      await worker.start();
+      await done;
+      await worker.stop();
+    });
+
     it('RateLimitedError backs the whole queue off and spends no attempt', async () => {
       const { mailroom, schema, sql } = await db.open();
       const job = defineJob<{ n: number }>('limits.429', { queue: 'provider', retry: { maxAttempts: 1 } });

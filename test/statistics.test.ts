@@ -17,7 +17,7 @@ const PAD = 'x'.repeat(200);
 const noted = defineEvent<{ n: number; pad: string }>('statistics.noted', { version: 1 });
 
 /** A table's size now and as its statistics last recorded it, in pages. */
-async function jobsPages(t: TestMailroom, table = 'jobs'): Promise<{ now: number; recorded: number }> {
+async function pagesOf(t: TestMailroom, table = 'jobs'): Promise<{ now: number; recorded: number }> {
   const [row] = await t.sql<{ now: number; recorded: number }>(
     `SELECT (pg_relation_size(c.oid) / current_setting('block_size')::int)::int AS now, c.relpages AS recorded
        FROM pg_class AS c WHERE c.oid = $1::regclass`,
@@ -29,7 +29,7 @@ async function jobsPages(t: TestMailroom, table = 'jobs'): Promise<{ now: number
 /** Waits until the table's statistics record some pages. */
 async function analyzedWithin(t: TestMailroom, table: string, ms: number): Promise<void> {
   const deadline = Date.now() + ms;
-  while ((await jobsPages(t, table)).recorded === 0) {
+  while ((await pagesOf(t, table)).recorded === 0) {
     assert.ok(Date.now() < deadline, `${table} analyzed within ${ms / 1000} s`);
     await new Promise((r) => setTimeout(r, 50));
   }
@@ -47,10 +47,10 @@ for (const db of testDatabases()) {
       const t = await db.open();
       assert.deepEqual((await t.mailroom.maintain()).analyzed, [], 'an empty schema: nothing to analyze');
       await enqueue(t, 1500);
-      const before = await jobsPages(t);
+      const before = await pagesOf(t);
       assert.ok(before.now >= MIN_PAGES && before.recorded < before.now / 2, `grown past its statistics: ${JSON.stringify(before)}`);
       assert.deepEqual((await t.mailroom.maintain()).analyzed, ['jobs']);
-      const after = await jobsPages(t);
+      const after = await pagesOf(t);
       assert.equal(after.recorded, after.now, 'ANALYZE recorded the size');
       const [stats] = await t.sql<{ reltuples: number }>(`SELECT reltuples::int AS reltuples FROM pg_class WHERE oid = $1::regclass`, [`"${t.schema}".jobs`]);
       assert.equal(stats!.reltuples, 1500, 'and the row count');
@@ -76,7 +76,7 @@ for (const db of testDatabases()) {
     it('a relay in a process without a worker analyzes the outbox by itself', async () => {
       const t = await db.open();
       for (let i = 0; i < 1500; i += 500) await t.mailroom.publishMany(noted, Array.from({ length: 500 }, (_, n) => ({ n: i + n, pad: PAD })));
-      assert.equal((await jobsPages(t, 'outbox')).recorded, 0);
+      assert.equal((await pagesOf(t, 'outbox')).recorded, 0);
       const relay = t.mailroom.relay({ to: [{ name: 'nowhere', publish: async () => {} }], internal: false });
       await relay.start();
       try {
