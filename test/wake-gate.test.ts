@@ -298,6 +298,52 @@ for (const db of testDatabases()) {
     );
 
     it(
+      'a relay held back round after round while it delivers looks again soon once the holder commits, not after a doubled wait',
+      { skip: db.name === 'pglite' ? 'PGlite serves one connection: no transaction held open beside the relay' : false },
+      async () => {
+        const t = await db.open();
+        const pool = (await db.handle()) as pg.Pool;
+        const target = sink();
+        const relay = t.mailroom.relay({ internal: false, to: [target], pollInterval: '1m' });
+        await relay.start();
+        await asleep(t, relay.id);
+        let holder: pg.PoolClient | undefined;
+        try {
+          // Each step: a transaction holds the fence with an event of its own; the step before's holder commits;
+          // an event published after it waits behind the fence. Every round then delivers and ends held back.
+          // After the first step no publish notifies (the relay's rows taken away, as while it polls fast):
+          // only the relay's own held-back wait brings it back.
+          const STEPS = 9;
+          for (let k = 0; k < STEPS; k++) {
+            const next = await pool.connect();
+            await next.query('BEGIN');
+            await t.mailroom.publish(noted, { n: 1000 + k }, { tx: next });
+            if (holder) {
+              await holder.query('COMMIT');
+              holder.release();
+            }
+            holder = next;
+            await t.mailroom.publish(noted, { n: k });
+            if (k === 0) await t.sql(`DELETE FROM "${t.schema}".wake_listeners`);
+            await eventually(() => target.ns.includes(1000 + k - 1) || k === 0, 20_000, `step ${k} delivered`);
+          }
+          await new Promise((r) => setTimeout(r, 200)); // the relay's held-back wait is running
+          const committed = Date.now();
+          await holder!.query('COMMIT');
+          holder!.release();
+          holder = undefined;
+          await eventually(() => target.ns.includes(STEPS - 1), 10_000, 'the last event delivered');
+          // Doubling across rounds that delivered reached seconds here (50 ms x 2^k).
+          assert.ok(Date.now() - committed < 1500, `delivered ${Date.now() - committed} ms after the holder committed`);
+        } finally {
+          await holder?.query('ROLLBACK').catch(() => {});
+          holder?.release();
+          await relay.stop();
+        }
+      },
+    );
+
+    it(
       'a relay notified fast stops asking for NOTIFY, polls while events come, and asks again once they stop',
       { skip: db.name === 'pglite' ? 'PGlite serves one connection: no concurrent publishers' : false },
       async () => {

@@ -338,8 +338,11 @@ export class Relay extends SafeEmitter<RelayEvents> {
           continue;
         }
         s.emptyAgain = 0;
-        // The end of the transaction that holds the fence sends no NOTIFY: look again soon, backing off to the poll.
-        heldDelay = after === 'held-back' ? Math.min(this.options.pollMs, heldDelay === 0 ? HELD_BACK_RECHECK_MS : heldDelay * 2) : 0;
+        // The end of the transaction that holds the fence sends no NOTIFY: look again soon, backing off to the
+        // poll while rounds deliver nothing. A round that delivered starts the back-off over: with publishers
+        // always in flight, every round ends held back, and the doubling would otherwise reach the poll.
+        const fresh = heldDelay === 0 || round.delivered > 0;
+        heldDelay = after === 'held-back' ? Math.min(this.options.pollMs, fresh ? HELD_BACK_RECHECK_MS : heldDelay * 2) : 0;
         // Idle: publishers notify only once this relay says it sleeps (a short look again first, see WakeGate).
         await this.sleep(s, heldDelay ? this.gate.capped(heldDelay) : await this.gate.idle());
       } catch (error) {
