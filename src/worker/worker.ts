@@ -392,11 +392,12 @@ export class Worker extends SafeEmitter<WorkerEvents> {
             else this.emit('stale', refOf(row));
           }
           settle();
-          // A committed completion may have unblocked the next job of an ordering key, or freed room
-          // under a queue's shared limits: look again, unless this worker holds that next job (a
-          // follower) and just started it. A worker whose last claim found too little has nothing to
-          // look for after a job that had neither: new work announces itself (NOTIFY, the poll).
-          const mayFree = row.ordering_key !== null || this.controls.limits(row.queue) || !this.starved;
+          // A committed completion may have freed room under a queue's shared limits: look again, unless
+          // this worker holds the key's next job (a follower) and just started it. A worker whose last
+          // claim found too little has nothing else to look for: new work announces itself (NOTIFY, the
+          // poll), and so does the next job of an ordering key that the completion unblocked (the release
+          // trigger's NOTIFY), so a keyed job is no reason to claim again either.
+          const mayFree = this.controls.limits(row.queue) || !this.starved;
           if (!this.afterJob(row, recorded) && this.state === 'running' && mayFree) this.poke();
         },
         (error: unknown) => {
