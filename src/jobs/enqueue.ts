@@ -203,8 +203,10 @@ export async function enqueueJobs<TData, TInput>(
     const ids = rows.map((r) => idOf.get(r) ?? completedByKey.get(r.key!)!);
     return resultIndex.map((i) => ids[i]!);
   };
-  // With a key window, the insert and its re-check must commit together (in the caller's transaction if any).
-  if (inTx || keyWindowMs === 0 || rows.every((r) => r.key === null)) return write(db);
+  // With a key window, the insert and its re-check must commit together (in the caller's transaction if any);
+  // so must the statements of a batch too large for one (insertRows).
+  const oneStatement = payloadChunks(rows).length === 1;
+  if (inTx || (oneStatement && (keyWindowMs === 0 || rows.every((r) => r.key === null)))) return write(db);
   return driver.transaction((tx) => write(tx));
 }
 
@@ -260,6 +262,44 @@ async function insertKeyed(db: Queryable, queries: JobQueries, params: unknown[]
   return await db.query<{ id: string }>(queries.enqueueKeyed.text, [...params, xid]);
 }
 
+/**
+ * The most payload text (UTF-16 code units) one enqueue statement carries. The payloads go as one
+ * `jsonb` array, which PostgreSQL caps at 256 MiB; 32 Mi code units are at most 96 MiB of UTF-8.
+ * A larger batch is inserted in several statements, in one transaction.
+ */
+export const STATEMENT_PAYLOAD_CHARS = 32 * 1024 * 1024;
+
+/** The rows split into runs whose payloads fit one statement (one run for any usual batch). */
+function payloadChunks(rows: PreparedRow[]): PreparedRow[][] {
+  let total = 0;
+  for (const row of rows) total += row.payload.length + 1;
+  if (total <= STATEMENT_PAYLOAD_CHARS) return [rows];
+  const chunks: PreparedRow[][] = [];
+  let chunk: PreparedRow[] = [];
+  let chars = 0;
+  for (const row of rows) {
+    if (chunk.length > 0 && chars + row.payload.length + 1 > STATEMENT_PAYLOAD_CHARS) {
+      chunks.push(chunk);
+      chunk = [];
+      chars = 0;
+    }
+    chunk.push(row);
+    chars += row.payload.length + 1;
+  }
+  chunks.push(chunk);
+  return chunks;
+}
+
+/**
+ * The rows' payloads as the text of one JSON array: each payload is already
+ * JSON text (serializePayload), so joining them needs no escaping.
+ */
+function payloadArray(rows: PreparedRow[]): string {
+  let text = '[';
+  for (let i = 0; i < rows.length; i++) text += (i === 0 ? '' : ',') + rows[i]!.payload;
+  return text + ']';
+}
+
 async function insertRows(
   db: Queryable,
   queries: JobQueries,
@@ -267,10 +307,15 @@ async function insertRows(
   rows: PreparedRow[],
   shared: { delayMs: number; runAt: Date | null; priority: number; correlationId: string | null; traceparent: string | null; xid: string | null; what: string },
 ): Promise<string[]> {
-  const n = rows.length;
-  const fill = <T>(value: T): T[] => new Array<T>(n).fill(value);
+  const chunks = payloadChunks(rows);
+  if (chunks.length > 1) {
+    // Too much payload for one statement: one after another (enqueueJobs put them in one transaction).
+    const ids: string[] = [];
+    for (const chunk of chunks) ids.push(...(await insertRows(db, queries, def, chunk, shared)));
+    return ids;
+  }
   // Many jobs with ordering keys and no dedup keys: the keys locked, then the ordering done set-wise.
-  const setWise = n >= SET_WISE_MIN_ROWS && rows.some((r) => r.orderingKey !== null) && rows.every((r) => r.key === null);
+  const setWise = rows.length >= SET_WISE_MIN_ROWS && rows.some((r) => r.orderingKey !== null) && rows.every((r) => r.key === null);
   // On the pool, the statement is prepared once per connection (named); in a transaction it goes as is.
   const insert = setWise
     ? (params: unknown[]) => insertKeyed(db, queries, params, shared.xid)
@@ -281,19 +326,19 @@ async function insertRows(
     rows.map((r) => r.id),
     def.queue,
     def.name,
-    fill(shared.priority),
-    fill(shared.runAt),
-    fill(shared.delayMs),
+    shared.priority,
+    shared.runAt,
+    shared.delayMs,
     def.retry.maxAttempts,
     rows.map((r) => r.key),
-    fill(shared.correlationId),
+    shared.correlationId,
     def.retry.maxAgeMs,
-    rows.map((r) => r.payload),
+    payloadArray(rows),
     rows.map((r) => r.orderingKey),
     def.ordering.onDead === 'hold',
     shared.traceparent,
   ]);
-  if (inserted.length === n) return rows.map((r) => r.id);
+  if (inserted.length === rows.length) return rows.map((r) => r.id);
   // Fewer rows: keys taken by unfinished jobs, or (with an xid) a statement outside the transaction.
   if (shared.xid !== null && (await transactionXid(db, queries, shared.what)) !== shared.xid) throw transactionEnded(shared.what);
 

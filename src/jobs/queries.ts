@@ -76,21 +76,32 @@ export const CLAIMED_IN_ORDER = (claimed: string): string =>
           ordering_key, ordering_seq, blocked
      FROM ${claimed} ORDER BY ${CLAIM_ORDER}`;
 /**
- * The enqueue statement: $1 ids, $2 queue, $3 type, $4 priorities, $5 run times, $6 delays (ms),
- * $7 max attempts, $8 dedup keys, $9 correlation ids, $10 max age (ms), $11 payloads, $12 ordering
- * keys, $13 hold key when dead, $14 traceparent; `guard` filters the rows (a constant condition).
+ * The rows of an enqueue, zipped: $1 ids, $8 dedup keys and $12 ordering keys
+ * (arrays), and $11 the payloads as one JSON array, whose text is the
+ * payloads' JSON joined with commas: the driver sends it as it is, where a
+ * `text[]` of payloads had every character of every payload escaped for the
+ * array literal. What the rows share ($4 priority, $5 run time, $6 delay in
+ * ms, $9 correlation id) goes once.
+ */
+const ENQUEUED_ROWS = `SELECT u.id, u.dedup_key, u.payload, u.ordering_key, u.ord,
+                              COALESCE($5::timestamptz, now()) + $6::bigint * interval '1 millisecond' AS run_at
+                         FROM ROWS FROM (unnest($1::uuid[]), unnest($8::text[]), jsonb_array_elements($11::jsonb), unnest($12::text[]))
+                              WITH ORDINALITY AS u(id, dedup_key, payload, ordering_key, ord)`;
+
+/**
+ * The enqueue statement: $1 ids, $2 queue, $3 type, $4 priority, $5 run time, $6 delay (ms),
+ * $7 max attempts, $8 dedup keys, $9 correlation id, $10 max age (ms), $11 payloads (a JSON array),
+ * $12 ordering keys, $13 hold key when dead, $14 traceparent (see ENQUEUED_ROWS); `guard` filters
+ * the rows (a constant condition).
  */
 function enqueueSql(s: string, guard: string): string {
   return `INSERT INTO ${s}.jobs (id, queue, type, state, priority, run_at, max_attempts, dedup_key, correlation_id, expires_at,
                               payload, ordering_key, hold_key_when_dead, traceparent)
        SELECT i.id, $2, $3,
               CASE WHEN i.run_at > now() THEN 'scheduled' ELSE 'available' END,
-              i.priority, i.run_at, $7, i.dedup_key, i.correlation_id,
-              now() + $10::bigint * interval '1 millisecond', i.payload::jsonb, i.ordering_key, $13::boolean, $14::text
-         FROM (SELECT u.id, u.priority, u.dedup_key, u.correlation_id, u.payload, u.ordering_key, u.ord,
-                      COALESCE(u.run_at, now()) + u.delay_ms * interval '1 millisecond' AS run_at
-                 FROM unnest($1::uuid[], $4::smallint[], $5::timestamptz[], $6::bigint[], $8::text[], $9::text[], $11::text[], $12::text[])
-                      WITH ORDINALITY AS u(id, priority, run_at, delay_ms, dedup_key, correlation_id, payload, ordering_key, ord)) AS i
+              $4::smallint, i.run_at, $7, i.dedup_key, $9::text,
+              now() + $10::bigint * interval '1 millisecond', i.payload, i.ordering_key, $13::boolean, $14::text
+         FROM (${ENQUEUED_ROWS}) AS i
         ${guard}
         ORDER BY i.ordering_key NULLS FIRST, i.ord
        ON CONFLICT (type, dedup_key) WHERE dedup_key IS NOT NULL AND state IN ${UNFINISHED} DO NOTHING
@@ -110,14 +121,12 @@ function enqueueKeyedSql(s: string): string {
                               payload, ordering_key, hold_key_when_dead, traceparent, ordering_seq, blocked)
        SELECT c.id, c.queue, $3,
               CASE WHEN c.run_at > now() THEN 'scheduled' ELSE 'available' END,
-              c.priority, c.run_at, $7, c.dedup_key, c.correlation_id,
-              now() + $10::bigint * interval '1 millisecond', c.payload::jsonb, c.key, $13::boolean, $14::text,
+              $4::smallint, c.run_at, $7, c.dedup_key, $9::text,
+              now() + $10::bigint * interval '1 millisecond', c.payload, c.key, $13::boolean, $14::text,
               ${orderingValues(s, 'c')}
          FROM (SELECT i.*, ${BEHIND_IN_BATCH('i.queue', 'i.key', 'i.ord')} AS behind
-                 FROM (SELECT u.id, $2::text AS queue, u.priority, u.dedup_key, u.correlation_id, u.payload, u.ordering_key AS key, u.ord,
-                              COALESCE(u.run_at, now()) + u.delay_ms * interval '1 millisecond' AS run_at
-                         FROM unnest($1::uuid[], $4::smallint[], $5::timestamptz[], $6::bigint[], $8::text[], $9::text[], $11::text[], $12::text[])
-                              WITH ORDINALITY AS u(id, priority, run_at, delay_ms, dedup_key, correlation_id, payload, ordering_key, ord)) AS i) AS c
+                 FROM (SELECT r.id, $2::text AS queue, r.dedup_key, r.payload, r.ordering_key AS key, r.ord, r.run_at
+                         FROM (${ENQUEUED_ROWS}) AS r) AS i) AS c
         WHERE $15::xid8 IS NULL OR pg_current_xact_id() = $15::xid8
         ORDER BY c.key NULLS FIRST, c.ord
        RETURNING id`;
