@@ -150,6 +150,7 @@ export async function enqueueJobs<TData, TInput>(
   const db: Queryable = inTx ? asQueryable(options.tx!) : driver;
 
   const rows: PreparedRow[] = [];
+  let payloadChars = 0; // the batch's payload text, as one JSON array (see STATEMENT_PAYLOAD_CHARS)
   const firstByKey = new Map<string, number>();
   const resultIndex: number[] = [];
   for (let i = 0; i < items.length; i++) {
@@ -169,8 +170,10 @@ export async function enqueueJobs<TData, TInput>(
     const orderingKey = orderingKeyOf(options.orderingKey, items[i] as TInput, i, items.length);
     resultIndex.push(rows.length);
     rows.push({ id: newId(), key, orderingKey, payload });
+    payloadChars += payload.length + 1;
   }
   if (rows.length === 0) return [];
+  const oneStatement = payloadChars <= STATEMENT_PAYLOAD_CHARS;
 
   const write = async (db: Queryable): Promise<string[]> => {
     // In the caller's transaction: its xid, which the insert checks (see enqueueInTransaction).
@@ -181,7 +184,7 @@ export async function enqueueJobs<TData, TInput>(
     const inserted =
       fresh.length > 0
         ? await inProducerSpan(`enqueue ${def.name}`, { 'messaging.system': 'mailroom', 'messaging.destination.name': def.queue, 'messaging.batch.message_count': fresh.length }, (traceparent) =>
-            insertRows(db, queries, def, fresh, { delayMs, runAt, priority, correlationId, traceparent, xid, what }),
+            insertInStatements(db, queries, def, fresh, { delayMs, runAt, priority, correlationId, traceparent, xid, what }, oneStatement),
           )
         : [];
     const idOf = new Map(fresh.map((r, i) => [r, inserted[i]!]));
@@ -204,8 +207,7 @@ export async function enqueueJobs<TData, TInput>(
     return resultIndex.map((i) => ids[i]!);
   };
   // With a key window, the insert and its re-check must commit together (in the caller's transaction if any);
-  // so must the statements of a batch too large for one (insertRows).
-  const oneStatement = payloadChunks(rows).length === 1;
+  // so must the statements of a batch too large for one.
   if (inTx || (oneStatement && (keyWindowMs === 0 || rows.every((r) => r.key === null)))) return write(db);
   return driver.transaction((tx) => write(tx));
 }
@@ -269,11 +271,26 @@ async function insertKeyed(db: Queryable, queries: JobQueries, params: unknown[]
  */
 export const STATEMENT_PAYLOAD_CHARS = 32 * 1024 * 1024;
 
-/** The rows split into runs whose payloads fit one statement (one run for any usual batch). */
+/**
+ * Inserts the rows in one statement, or, when their payloads are too much for one (`oneStatement`
+ * false), in runs that each fit, one after another (enqueueJobs puts them in one transaction).
+ */
+async function insertInStatements(
+  db: Queryable,
+  queries: JobQueries,
+  def: JobDefinition<unknown, unknown>,
+  rows: PreparedRow[],
+  shared: Parameters<typeof insertRows>[4],
+  oneStatement: boolean,
+): Promise<string[]> {
+  if (oneStatement) return insertRows(db, queries, def, rows, shared);
+  const ids: string[] = [];
+  for (const chunk of payloadChunks(rows)) ids.push(...(await insertRows(db, queries, def, chunk, shared)));
+  return ids;
+}
+
+/** The rows split into runs whose payloads fit one statement. */
 function payloadChunks(rows: PreparedRow[]): PreparedRow[][] {
-  let total = 0;
-  for (const row of rows) total += row.payload.length + 1;
-  if (total <= STATEMENT_PAYLOAD_CHARS) return [rows];
   const chunks: PreparedRow[][] = [];
   let chunk: PreparedRow[] = [];
   let chars = 0;
@@ -307,13 +324,6 @@ async function insertRows(
   rows: PreparedRow[],
   shared: { delayMs: number; runAt: Date | null; priority: number; correlationId: string | null; traceparent: string | null; xid: string | null; what: string },
 ): Promise<string[]> {
-  const chunks = payloadChunks(rows);
-  if (chunks.length > 1) {
-    // Too much payload for one statement: one after another (enqueueJobs put them in one transaction).
-    const ids: string[] = [];
-    for (const chunk of chunks) ids.push(...(await insertRows(db, queries, def, chunk, shared)));
-    return ids;
-  }
   // Many jobs with ordering keys and no dedup keys: the keys locked, then the ordering done set-wise.
   const setWise = rows.length >= SET_WISE_MIN_ROWS && rows.some((r) => r.orderingKey !== null) && rows.every((r) => r.key === null);
   // On the pool, the statement is prepared once per connection (named); in a transaction it goes as is.
