@@ -76,6 +76,18 @@ for (const db of testDatabases()) {
       const [left] = await sql<{ n: number }>(`SELECT count(*)::int AS n FROM "${schema}".jobs WHERE queue = 'batches-refused'`);
       assert.equal(left!.n, 0, 'nothing of the refused batch is stored');
       await sql(`DROP TRIGGER refuse_last ON "${schema}".jobs`);
+
+      // In the caller's transaction the statements are part of it: rolled back with it.
+      const inTx = defineJob<{ n: number; text: string }>('batches.in-tx', { queue: 'batches-in-tx' });
+      await assert.rejects(
+        mailroom.transaction(async (tx) => {
+          await mailroom.enqueueMany(inTx, items, { tx });
+          throw new Error('the caller rolls back');
+        }),
+        /the caller rolls back/,
+      );
+      const [rolledBack] = await sql<{ n: number }>(`SELECT count(*)::int AS n FROM "${schema}".jobs WHERE queue = 'batches-in-tx'`);
+      assert.equal(rolledBack!.n, 0, "nothing of a batch enqueued in a transaction that rolled back is stored");
     });
   });
 }
