@@ -309,8 +309,10 @@ for (const db of testDatabases()) {
         await asleep(t, relay.id);
         let holder: pg.PoolClient | undefined;
         try {
-          // Each step: a transaction holds the fence with an event of its own; the step before's holder commits;
-          // an event published after it waits behind the fence. Every round then delivers and ends held back.
+          // Each step: a transaction holds the fence with an event of its own; an event committed after it waits
+          // behind that fence; then the step before's holder commits. Every round then delivers and ends held back:
+          // at every instant some committed event waits behind an open transaction, so no round finds the outbox
+          // idle (an idle relay would sleep until a NOTIFY, and none comes here).
           // After the first step no publish notifies (the relay's rows taken away, as while it polls fast):
           // only the relay's own held-back wait brings it back.
           const STEPS = 9;
@@ -318,13 +320,13 @@ for (const db of testDatabases()) {
             const next = await pool.connect();
             await next.query('BEGIN');
             await t.mailroom.publish(noted, { n: 1000 + k }, { tx: next });
+            await t.mailroom.publish(noted, { n: k });
+            if (k === 0) await t.sql(`DELETE FROM "${t.schema}".wake_listeners`);
             if (holder) {
               await holder.query('COMMIT');
               holder.release();
             }
             holder = next;
-            await t.mailroom.publish(noted, { n: k });
-            if (k === 0) await t.sql(`DELETE FROM "${t.schema}".wake_listeners`);
             await eventually(() => target.ns.includes(1000 + k - 1) || k === 0, 20_000, `step ${k} delivered`);
           }
           await new Promise((r) => setTimeout(r, 200)); // the relay's held-back wait is running
