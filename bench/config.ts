@@ -31,13 +31,15 @@ export interface BenchConfig {
   backlogs: number[];
   /** Ordering keys of the ordered drain (0: skip it). */
   orderingKeys: number;
+  /** Jobs each scale process drains on a queue of its own before the clock starts (0: none). */
+  scaleWarmUp: number;
   /** ceiling */
   ceilingSeconds: number;
   claimBatch: number;
   claimLoops: number;
   /** Turn the server's autovacuum on for the run (and back off after) when it is off. */
   autovacuum: boolean;
-  /** Interleaved rounds of drain and enqueue; the median is reported. */
+  /** Interleaved rounds of drain and enqueue, and rounds of each scale backlog; the median is reported. */
   rounds: number;
   timeoutMs: number;
 }
@@ -58,7 +60,8 @@ PostgreSQL backend on this machine, in one run, and the PostgreSQL ceiling.
   --database URL        PostgreSQL server (default $BENCH_DATABASE_URL or postgres://postgres@127.0.0.1:5432/postgres);
                         a database is created and dropped for each system and workload
   --redis URL           Redis for BullMQ (default $BENCH_REDIS_URL or redis://127.0.0.1:6379)
-  --rounds N            drain and enqueue: interleaved rounds, median reported (default 3; quick 1)
+  --rounds N            drain and enqueue: interleaved rounds, median reported; scale: rounds of
+                        each backlog, median steady rate reported (default 3; quick 1)
   --jobs N              drain: jobs enqueued then drained (default 20000; quick 2000)
   --concurrency N       total concurrency of every system's workers (default 20)
   --batch N             jobs per bulk enqueue call (default 1000)
@@ -70,6 +73,8 @@ PostgreSQL backend on this machine, in one run, and the PostgreSQL ceiling.
   --processes 1,2,4     scale: worker process counts
   --backlogs A,B        scale: backlog sizes (default 10000,100000; quick 2000,10000; --big adds 1000000)
   --ordering-keys N     scale: also drain the 1-process jobs spread over N ordering keys (default 100; 0: skip)
+  --scale-warm-up N     scale: jobs each process drains on a queue of its own before the clock starts
+                        (default 5000; quick 500; 0: none)
   --ceiling-seconds N   ceiling: seconds per pgbench run (default 5; quick 1)
   --claim-batch N       ceiling: rows per claim statement (default 100)
   --claim-loops N       ceiling: connections claiming at once (default 4)
@@ -110,6 +115,7 @@ export function parseArgs(argv: readonly string[]): BenchConfig | 'help' {
     processes: [1, 2, 4],
     backlogs: quick ? [2000, 10_000] : [10_000, 100_000],
     orderingKeys: 100,
+    scaleWarmUp: quick ? 500 : 5000,
     ceilingSeconds: quick ? 1 : 5,
     claimBatch: 1000,
     claimLoops: 4,
@@ -191,6 +197,10 @@ export function parseArgs(argv: readonly string[]): BenchConfig | 'help' {
       case '--ordering-keys':
         c.orderingKeys = Number(value());
         if (!Number.isInteger(c.orderingKeys) || c.orderingKeys < 0) throw new Error('--ordering-keys must be an integer, 0 or more');
+        break;
+      case '--scale-warm-up':
+        c.scaleWarmUp = Number(value());
+        if (!Number.isInteger(c.scaleWarmUp) || c.scaleWarmUp < 0) throw new Error('--scale-warm-up must be an integer, 0 or more');
         break;
       case '--autovacuum':
         c.autovacuum = true;

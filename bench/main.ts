@@ -7,7 +7,7 @@ import type { ChildProcess } from 'node:child_process';
 import { writeFile } from 'node:fs/promises';
 import os from 'node:os';
 import { makeAdapter, type SystemId } from './adapters/index.ts';
-import { summarizeDrain, summarizeEnqueue } from './rounds.ts';
+import { summarizeDrain, summarizeEnqueue, summarizeScale } from './rounds.ts';
 import type { AdapterContext } from './adapters/types.ts';
 import type { Task, TaskAnswer, TaskResult } from './child.ts';
 import type { DrainResult } from './workloads/drain.ts';
@@ -191,6 +191,7 @@ async function main(): Promise<void> {
         concurrency: config.concurrency,
         batch: Math.max(config.batch, 5000),
         timeoutMs: config.timeoutMs,
+        warmUpJobs: config.scaleWarmUp,
         ...(orderingKeys ? { orderingKeys } : {}),
       },
     });
@@ -205,9 +206,13 @@ async function main(): Promise<void> {
       show(`1 process, ${config.orderingKeys} ordering keys`, o, (v) => `${Math.round(v.jobsPerSecond)} jobs/s (steady ${Math.round(v.steadyJobsPerSecond)})`);
     }
     for (const b of config.backlogs) {
-      const o = await runTask<ScaleResult>(scaleTask(1, b, `b${b}`), taskTimeout);
-      results.scale.backlogs.push(o);
-      show(`backlog ${b}`, o, (v) => `${Math.round(v.jobsPerSecond)} jobs/s, steady ${Math.round(v.steadyJobsPerSecond)} jobs/s (enqueue ${v.enqueueSeconds.toFixed(1)} s)`);
+      const rounds: Array<Outcome<ScaleResult>> = [];
+      for (let round = 1; round <= config.rounds; round++) {
+        const o = await runTask<ScaleResult>(scaleTask(1, b, `b${b}_r${round}`), taskTimeout);
+        rounds.push(o);
+        show(`backlog ${b}${config.rounds > 1 ? `, round ${round}` : ''}`, o, (v) => `${Math.round(v.jobsPerSecond)} jobs/s, steady ${Math.round(v.steadyJobsPerSecond)} jobs/s (enqueue ${v.enqueueSeconds.toFixed(1)} s)`);
+      }
+      results.scale.backlogs.push(summarizeScale(rounds));
     }
   }
 

@@ -152,7 +152,8 @@ export function report(r: Results): string {
       if (!o.ok) rows.push(['backlog', failure(o), '', '', '', '', '']);
       else {
         const v = o.value;
-        rows.push([`backlog ${int(v.jobs)}, 1 process`, int(v.jobsPerSecond), int(v.steadyJobsPerSecond), ms(v.microsPerJob), ratio(v.steadyJobsPerSecond, first?.steadyJobsPerSecond), pct(v.jobsPerSecond, ceiling?.claimKeepRowsPerSecond), `${int(v.completedInDatabase)} completed`]);
+        const rounds = v.rounds && v.rounds.length > 1 ? `; steady of each round ${v.rounds.map(int).join(' / ')}` : '';
+        rows.push([`backlog ${int(v.jobs)}, 1 process`, int(v.jobsPerSecond), int(v.steadyJobsPerSecond), ms(v.microsPerJob), ratio(v.steadyJobsPerSecond, first?.steadyJobsPerSecond), pct(v.jobsPerSecond, ceiling?.claimKeepRowsPerSecond), `${int(v.completedInDatabase)} completed${rounds}`]);
       }
     }
     out.push(table(['run', 'jobs/s (whole drain)', 'steady jobs/s', 'µs/job (steady)', 'vs first row of its kind', '÷ claim+keep ceiling', 'check'], rows));
@@ -178,7 +179,10 @@ export function report(r: Results): string {
         ),
       );
     }
-    out.push('', 'Steady: completions 1,000 to 1,000 + min(10,000, backlog/2), while the backlog is still near its size. "vs first row": processes and ordered against 1 process (whole drain), backlogs against the smallest backlog (steady rate).');
+    out.push(
+      '',
+      `Steady: completions 1,000 to 1,000 + min(10,000, backlog/2), while the backlog is still near its size; each backlog is drained in ${c.rounds} round(s), the round with the median steady rate shown (its whole drain and tenths too). Each process first drains ${int(c.scaleWarmUp)} jobs of a queue of its own, before the clock starts. "vs first row": processes and ordered against 1 process (whole drain), backlogs against the smallest backlog (steady rate).`,
+    );
   }
 
   if (r.ceiling) {

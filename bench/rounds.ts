@@ -1,11 +1,14 @@
 /**
  * Drain and enqueue run in several interleaved rounds (every system once per
  * round), and the report takes each system's median round: on a shared,
- * noisy machine one unlucky second then moves no comparison.
+ * noisy machine one unlucky second then moves no comparison. The scale
+ * workload's backlogs run several rounds each too (their steady rate over a
+ * few completion batches is the noisiest figure), reported by the median.
  */
 import type { Outcome } from './results.ts';
 import type { DrainResult } from './workloads/drain.ts';
 import type { EnqueueResult } from './workloads/enqueue.ts';
+import type { ScaleResult } from './workloads/scale.ts';
 
 export type DrainSummary = DrainResult & { rounds: number[] };
 export type EnqueueSummary = EnqueueResult & { rounds: { single: number[]; bulk: number[] } };
@@ -46,6 +49,21 @@ export function summarizeEnqueue(outcomes: ReadonlyArray<Outcome<EnqueueResult>>
       single: medianBy(all.values, (v) => v.single.jobsPerSecond).single,
       bulk: medianBy(all.values, (v) => v.bulk.jobsPerSecond).bulk,
       rounds: { single: all.values.map((v) => v.single.jobsPerSecond), bulk: all.values.map((v) => v.bulk.jobsPerSecond) },
+    },
+  };
+}
+
+/** The round with the median steady rate, with every round's steady rate; completions checked in every round. */
+export function summarizeScale(outcomes: ReadonlyArray<Outcome<ScaleResult>>): Outcome<ScaleResult> {
+  const all = allOk(outcomes);
+  if (!all.ok) return all;
+  const median = medianBy(all.values, (v) => v.steadyJobsPerSecond);
+  return {
+    ok: true,
+    value: {
+      ...median,
+      completedInDatabase: Math.min(...all.values.map((v) => v.completedInDatabase)),
+      rounds: all.values.map((v) => v.steadyJobsPerSecond),
     },
   };
 }

@@ -9,6 +9,8 @@
  * stops at the last recorded completion ('completed' event: the completion is
  * committed). The steady rate is taken over completions 1,000 to 1,000 + W,
  * W = min(10,000, backlog / 2), while the backlog is still near its size.
+ * Each process first drains `warmUpJobs` jobs of its own (scale-worker.ts),
+ * so that opening connections and compiling the hot path weigh on no backlog.
  */
 import pg from 'pg';
 import type { ChildProcess } from 'node:child_process';
@@ -29,6 +31,8 @@ export interface ScaleParams {
   timeoutMs: number;
   /** Give each job one of this many ordering keys (round robin); unset: no ordering key. */
   orderingKeys?: number;
+  /** Jobs each process drains on a queue of its own before the clock starts (scale-worker.ts's warmUp). */
+  warmUpJobs: number;
 }
 
 export interface ScaleResult {
@@ -46,6 +50,8 @@ export interface ScaleResult {
   /** Jobs/s over each tenth of the completions, in order: how the rate changes as the drain goes on. */
   tenths: number[];
   completedInDatabase: number;
+  /** The steady rate of every round, in order, when the run was repeated (backlogs; the median round is reported). */
+  rounds?: number[];
 }
 
 const noop = defineJob<BenchPayload>('bench.noop', { queue: 'bench' });
@@ -64,9 +70,9 @@ export async function scale(params: ScaleParams): Promise<ScaleResult> {
     const enqueueSeconds = (now() - e0) / 1000;
     await mailroom.close();
 
-    const config: ScaleWorkerConfig = { url, concurrency: params.concurrency, capacity: params.jobs + params.concurrency * 2 };
     const counts = new Array<number>(params.processes).fill(0);
     for (let p = 0; p < params.processes; p++) {
+      const config: ScaleWorkerConfig = { url, concurrency: params.concurrency, capacity: params.jobs + params.concurrency * 2, warmUpJobs: params.warmUpJobs, index: p };
       const child = forkTs('./workloads/scale-worker.ts', { MAILROOM_BENCH_SCALE_WORKER: JSON.stringify(config) });
       children.push(child);
       child.on('message', (m: FromScaleWorker) => {
@@ -106,7 +112,7 @@ export async function scale(params: ScaleParams): Promise<ScaleResult> {
 
     const client = new pg.Client({ connectionString: url });
     await client.connect();
-    const { rows } = await client.query<{ n: string }>(`SELECT count(*) AS n FROM mailroom.jobs WHERE state = 'completed'`);
+    const { rows } = await client.query<{ n: string }>(`SELECT count(*) AS n FROM mailroom.jobs WHERE state = 'completed' AND queue = 'bench'`);
     await client.end();
 
     return {
