@@ -25,45 +25,36 @@ function allOk<T>(outcomes: ReadonlyArray<Outcome<T>>): { ok: true; values: T[] 
   return { ok: true, values: outcomes.map((o) => (o as { ok: true; value: T }).value) };
 }
 
-export function summarizeDrain(outcomes: ReadonlyArray<Outcome<DrainResult>>): Outcome<DrainSummary> {
+/** Every round must have succeeded; then `merge` makes one result of their values. */
+function summarize<T, S>(outcomes: ReadonlyArray<Outcome<T>>, merge: (values: T[]) => S): Outcome<S> {
   const all = allOk(outcomes);
-  if (!all.ok) return all;
-  const median = medianBy(all.values, (v) => v.jobsPerSecond);
-  return {
-    ok: true,
-    value: {
-      ...median,
-      duplicates: all.values.reduce((a, v) => a + v.duplicates, 0),
-      failed: all.values.reduce((a, v) => a + v.failed, 0),
-      rounds: all.values.map((v) => v.jobsPerSecond),
-    },
-  };
+  return all.ok ? { ok: true, value: merge(all.values) } : all;
 }
 
+/** The round with the median rate, with every round's rate; duplicates and failures of all rounds added up. */
+export function summarizeDrain(outcomes: ReadonlyArray<Outcome<DrainResult>>): Outcome<DrainSummary> {
+  return summarize(outcomes, (values) => ({
+    ...medianBy(values, (v) => v.jobsPerSecond),
+    duplicates: values.reduce((a, v) => a + v.duplicates, 0),
+    failed: values.reduce((a, v) => a + v.failed, 0),
+    rounds: values.map((v) => v.jobsPerSecond),
+  }));
+}
+
+/** The median single and bulk rates (each from its own median round), with every round's. */
 export function summarizeEnqueue(outcomes: ReadonlyArray<Outcome<EnqueueResult>>): Outcome<EnqueueSummary> {
-  const all = allOk(outcomes);
-  if (!all.ok) return all;
-  return {
-    ok: true,
-    value: {
-      single: medianBy(all.values, (v) => v.single.jobsPerSecond).single,
-      bulk: medianBy(all.values, (v) => v.bulk.jobsPerSecond).bulk,
-      rounds: { single: all.values.map((v) => v.single.jobsPerSecond), bulk: all.values.map((v) => v.bulk.jobsPerSecond) },
-    },
-  };
+  return summarize(outcomes, (values) => ({
+    single: medianBy(values, (v) => v.single.jobsPerSecond).single,
+    bulk: medianBy(values, (v) => v.bulk.jobsPerSecond).bulk,
+    rounds: { single: values.map((v) => v.single.jobsPerSecond), bulk: values.map((v) => v.bulk.jobsPerSecond) },
+  }));
 }
 
 /** The round with the median steady rate, with every round's steady rate; completions checked in every round. */
 export function summarizeScale(outcomes: ReadonlyArray<Outcome<ScaleResult>>): Outcome<ScaleResult> {
-  const all = allOk(outcomes);
-  if (!all.ok) return all;
-  const median = medianBy(all.values, (v) => v.steadyJobsPerSecond);
-  return {
-    ok: true,
-    value: {
-      ...median,
-      completedInDatabase: Math.min(...all.values.map((v) => v.completedInDatabase)),
-      rounds: all.values.map((v) => v.steadyJobsPerSecond),
-    },
-  };
+  return summarize(outcomes, (values) => ({
+    ...medianBy(values, (v) => v.steadyJobsPerSecond),
+    completedInDatabase: Math.min(...values.map((v) => v.completedInDatabase)),
+    rounds: values.map((v) => v.steadyJobsPerSecond),
+  }));
 }
