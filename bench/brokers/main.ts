@@ -2,7 +2,7 @@
  * `npm run bench:brokers`: the relay from the outbox to each broker, beside
  * the broker's own ceiling measured in the same run.
  *
- * Per broker, in this order:
+ * Per broker, in a fresh Node process of its own, in this order:
  * 1. ceiling: a bare client publishing N messages with confirms, batches of 100, no database;
  *    measured before and after the relay, and the higher of the two counts (on a shared machine a
  *    slow minute during one measurement would otherwise flatter the relay's share);
@@ -29,6 +29,7 @@ import { createMailroom, type Mailroom } from '../../dist/index.js';
 import { createDatabase, dropDatabase, enableAutovacuum } from '../db.ts';
 import { atMost, now, percentile, sleep } from '../stats.ts';
 import { brokerUrls, noted, PAD, setups, type BrokerSetup, type Kind } from './setups.ts';
+import { forkTs, nextMessage } from '../spawn.ts';
 
 interface Config {
   messages: number;
@@ -261,52 +262,28 @@ async function main(): Promise<void> {
   }
 }
 
+/** What the parent tells a broker's process: the run's settings, the broker, the run's name. */
+interface BrokerTask {
+  config: Config;
+  kind: Kind;
+  run: string;
+}
+
+const CHILD_ENV = 'MAILROOM_BENCH_BROKER_TASK';
+
+/**
+ * Each broker is measured in a fresh Node process, as `npm run bench` measures
+ * each system: the relay's hot code is then compiled for that broker's target
+ * alone, and no pools, timers or heap of the brokers before it share its process.
+ */
 async function measure(config: Config): Promise<void> {
-  const all = setups(config.urls);
   const results: BrokerResult[] = [];
   const run = `mrbench_brk_${Date.now().toString(36)}`;
   for (const kind of config.only) {
-    const setup = all[kind];
-    process.stderr.write(`${kind}:\n`);
-    const before = await setup.ceiling(config.messages);
-    process.stderr.write(`  ceiling ${Math.round(before.perSecond)} msg/s\n`);
-    const relayName = `${run}_${kind}_relay`;
-    const measured = await relayThroughput(setup, config.serverUrl, relayName, config.messages).finally(() => setup.cleanup(relayName).catch(() => {}));
-    const after = await setup.ceiling(config.messages);
-    // The higher of the two, on either side of the relay: a slow minute of the machine during one
-    // ceiling would otherwise flatter the relay's share.
-    const c = after.perSecond > before.perSecond ? after : before;
-    process.stderr.write(`  ceiling again ${Math.round(after.perSecond)} msg/s; the higher one counts\n`);
-    const relay = measured.fromStart;
-    const steady = measured.afterFirstBatch;
-    process.stderr.write(`  relay   ${Math.round(relay)} events/s (${((relay / c.perSecond) * 100).toFixed(0)} % of the ceiling); after its first batch ${Math.round(steady)} (${((steady / c.perSecond) * 100).toFixed(0)} %)\n`);
-    const lag: LagResult[] = [];
-    for (const r of config.lagRates) {
-      const rate = r === 'half' ? Math.round(relay / 2) : r;
-      const { lags, warmup } = await endToEndLag(setup, config.serverUrl, `${run}_${kind}_lag${lag.length}`, rate, config.lagSeconds, config.lagWarmupSeconds);
-      const entry: LagResult = {
-        ratePerSecond: rate,
-        events: lags.length,
-        p50Ms: Math.round(percentile(lags, 50) * 10) / 10,
-        p99Ms: Math.round(percentile(lags, 99) * 10) / 10,
-        maxMs: Math.round(lags.reduce((a, b) => Math.max(a, b), 0) * 10) / 10, // spread overflows the stack past ~100k lags
-        warmupEvents: warmup.length,
-        warmupP99Ms: warmup.length === 0 ? 0 : Math.round(percentile(warmup, 99) * 10) / 10,
-      };
-      process.stderr.write(`  lag at ${rate}/s: p50 ${entry.p50Ms} ms, p99 ${entry.p99Ms} ms, max ${entry.maxMs} ms (${lags.length} events; warm-up ${warmup.length} events, p99 ${entry.warmupP99Ms} ms)\n`);
-      lag.push(entry);
-    }
-    const result: BrokerResult = {
-      kind,
-      ceilingPerSecond: Math.round(c.perSecond),
-      ceilingRunsPerSecond: [Math.round(before.perSecond), Math.round(after.perSecond)],
-      relayPerSecond: Math.round(relay),
-      relayOfCeiling: Math.round((relay / c.perSecond) * 1000) / 1000,
-      relayAfterFirstBatchPerSecond: Math.round(steady),
-      relayAfterFirstBatchOfCeiling: Math.round((steady / c.perSecond) * 1000) / 1000,
-      lag,
-    };
-    results.push(result);
+    const task: BrokerTask = { config, kind, run };
+    const child = forkTs('./brokers/main.ts', { [CHILD_ENV]: JSON.stringify(task) });
+    results.push(await nextMessage(child, (m: { result: BrokerResult }) => m.result));
+    child.disconnect();
   }
   console.log('\n| broker | ceiling (msg/s) | relay (events/s) | relay / ceiling | after its first batch | lag: rate (/s), p50 / p99 (ms) |');
   console.log('|---|---:|---:|---:|---:|---|');
@@ -318,4 +295,55 @@ async function measure(config: Config): Promise<void> {
   if (config.json !== null) await writeFile(config.json, `${JSON.stringify({ messages: config.messages, lagSeconds: config.lagSeconds, lagWarmupSeconds: config.lagWarmupSeconds, autovacuum: config.autovacuum, results }, null, 2)}\n`);
 }
 
-await main();
+/** One broker's ceiling, relay and lag runs, in this process (a child of {@link measure}). */
+async function measureBroker({ config, kind, run }: BrokerTask): Promise<BrokerResult> {
+  const setup = setups(config.urls)[kind];
+  process.stderr.write(`${kind}:\n`);
+  const before = await setup.ceiling(config.messages);
+  process.stderr.write(`  ceiling ${Math.round(before.perSecond)} msg/s\n`);
+  const relayName = `${run}_${kind}_relay`;
+  const measured = await relayThroughput(setup, config.serverUrl, relayName, config.messages).finally(() => setup.cleanup(relayName).catch(() => {}));
+  const after = await setup.ceiling(config.messages);
+  // The higher of the two, on either side of the relay: a slow minute of the machine during one
+  // ceiling would otherwise flatter the relay's share.
+  const c = after.perSecond > before.perSecond ? after : before;
+  process.stderr.write(`  ceiling again ${Math.round(after.perSecond)} msg/s; the higher one counts\n`);
+  const relay = measured.fromStart;
+  const steady = measured.afterFirstBatch;
+  process.stderr.write(`  relay   ${Math.round(relay)} events/s (${((relay / c.perSecond) * 100).toFixed(0)} % of the ceiling); after its first batch ${Math.round(steady)} (${((steady / c.perSecond) * 100).toFixed(0)} %)\n`);
+  const lag: LagResult[] = [];
+  for (const r of config.lagRates) {
+    const rate = r === 'half' ? Math.round(relay / 2) : r;
+    const { lags, warmup } = await endToEndLag(setup, config.serverUrl, `${run}_${kind}_lag${lag.length}`, rate, config.lagSeconds, config.lagWarmupSeconds);
+    const entry: LagResult = {
+      ratePerSecond: rate,
+      events: lags.length,
+      p50Ms: Math.round(percentile(lags, 50) * 10) / 10,
+      p99Ms: Math.round(percentile(lags, 99) * 10) / 10,
+      maxMs: Math.round(lags.reduce((a, b) => Math.max(a, b), 0) * 10) / 10, // spread overflows the stack past ~100k lags
+      warmupEvents: warmup.length,
+      warmupP99Ms: warmup.length === 0 ? 0 : Math.round(percentile(warmup, 99) * 10) / 10,
+    };
+    process.stderr.write(`  lag at ${rate}/s: p50 ${entry.p50Ms} ms, p99 ${entry.p99Ms} ms, max ${entry.maxMs} ms (${lags.length} events; warm-up ${warmup.length} events, p99 ${entry.warmupP99Ms} ms)\n`);
+    lag.push(entry);
+  }
+  const result: BrokerResult = {
+    kind,
+    ceilingPerSecond: Math.round(c.perSecond),
+    ceilingRunsPerSecond: [Math.round(before.perSecond), Math.round(after.perSecond)],
+    relayPerSecond: Math.round(relay),
+    relayOfCeiling: Math.round((relay / c.perSecond) * 1000) / 1000,
+    relayAfterFirstBatchPerSecond: Math.round(steady),
+    relayAfterFirstBatchOfCeiling: Math.round((steady / c.perSecond) * 1000) / 1000,
+    lag,
+  };
+  return result;
+}
+
+const task = process.env[CHILD_ENV];
+if (task === undefined) await main();
+else {
+  const result = await measureBroker(JSON.parse(task) as BrokerTask);
+  process.send!({ result });
+  process.on('disconnect', () => process.exit(0));
+}
