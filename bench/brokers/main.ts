@@ -273,8 +273,9 @@ const CHILD_ENV = 'MAILROOM_BENCH_BROKER_TASK';
 
 /**
  * Each broker is measured in a fresh Node process, as `npm run bench` measures
- * each system: the relay's hot code is then compiled for that broker's target
- * alone, and no pools, timers or heap of the brokers before it share its process.
+ * each system, so that no pools, timers, heap or compiled code of the brokers
+ * before it share its process. (Session 27 measured no difference beyond the
+ * machine's noise; the separation keeps it so.)
  */
 async function measure(config: Config): Promise<void> {
   const results: BrokerResult[] = [];

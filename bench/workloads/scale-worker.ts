@@ -5,6 +5,7 @@
  * milliseconds, and on `stop` stops and sends back the time of each completion.
  */
 import { createMailroom, defineJob, type Mailroom } from '../../dist/index.js';
+import { runJobs } from '../../dist/testing/index.js';
 import { PREFETCH } from '../adapters/mailroom.ts';
 import { now } from '../stats.ts';
 
@@ -25,11 +26,12 @@ export type FromScaleWorker = { type: 'ready' } | { type: 'count'; n: number } |
 const noop = defineJob('bench.noop', { queue: 'bench' });
 
 /**
- * Drains `jobs` no-op jobs on a queue of this process's own, with the measured
- * worker's settings, through the same mailroom (pool): the pool's connections
+ * Drains `warmUpJobs` no-op jobs on a queue of this process's own with the
+ * measured worker's settings (`runJobs` of mailroom/testing: a real worker),
+ * through the same mailroom (pool): the pool's connections
  * are opened and have prepared the worker's statements, and V8 has compiled
- * its hot path, before the clock starts. A drain of 10,000 jobs takes about
- * half a second, and without this its first completions (up to 100 ms for the
+ * its hot path, before the clock starts. A drain of 10,000 jobs takes well
+ * under a second, and without this its first completions (up to 100 ms for the
  * first batch on fresh connections) weighed on the smallest backlog alone;
  * the scale workload compares backlog sizes, not start-ups.
  */
@@ -39,21 +41,8 @@ async function warmUp(mailroom: Mailroom, config: ScaleWorkerConfig): Promise<vo
   for (let i = 0; i < config.warmUpJobs; i += 1000) {
     await mailroom.enqueueMany(warm, Array.from({ length: Math.min(1000, config.warmUpJobs - i) }, (_, k) => ({ i: i + k })));
   }
-  let done = 0;
-  let finished: () => void = () => {};
-  const all = new Promise<void>((resolve) => (finished = resolve));
-  const worker = mailroom.worker({
-    queues: [warm.queue],
-    concurrency: config.concurrency,
-    prefetch: PREFETCH,
-    handlers: { [warm.name]: async () => {} },
-  });
-  worker.on('completed', () => {
-    if (++done >= config.warmUpJobs) finished();
-  });
-  await worker.start();
-  await all;
-  await worker.stop();
+  const { completed } = await runJobs(mailroom, { queues: [warm.queue], concurrency: config.concurrency, prefetch: PREFETCH, handlers: { [warm.name]: async () => {} } });
+  if (completed !== config.warmUpJobs) throw new Error(`warm-up: ${completed} of ${config.warmUpJobs} jobs completed`);
 }
 
 async function main(config: ScaleWorkerConfig): Promise<void> {
