@@ -8,7 +8,8 @@
  * clock starts when the already connected processes are told to start and
  * stops at the last recorded completion ('completed' event: the completion is
  * committed). The steady rate is taken over completions 1,000 to 1,000 + W,
- * W = min(10,000, backlog / 2), while the backlog is still near its size.
+ * W = min(10,000, backlog / 2), while the backlog is still near its size, with
+ * both ends moved to the end of their completion batch (stats.ts steadyRate).
  * Each process first drains `warmUpJobs` jobs of its own (scale-worker.ts),
  * so that opening connections and compiling the hot path weigh on no backlog.
  */
@@ -17,7 +18,7 @@ import type { ChildProcess } from 'node:child_process';
 import { createMailroom, defineJob } from '../../dist/index.js';
 import { createDatabase, dropDatabase } from '../db.ts';
 import { forkTs, nextMessage } from '../spawn.ts';
-import { now, payloads } from '../stats.ts';
+import { now, payloads, steadyRate } from '../stats.ts';
 import type { BenchPayload } from '../adapters/types.ts';
 import type { FromScaleWorker, ScaleWorkerConfig } from './scale-worker.ts';
 
@@ -42,8 +43,9 @@ export interface ScaleResult {
   enqueueSeconds: number;
   seconds: number;
   jobsPerSecond: number;
-  /** Rate over completions 1,000 .. 1,000 + window. */
+  /** Rate over completions 1,000 .. 1,000 + window, both ends aligned to the end of their completion batch. */
   steadyJobsPerSecond: number;
+  /** Completions the steady rate counted (about min(10,000, jobs / 2)). */
   window: number;
   /** Wall time per job at the steady rate, microseconds. */
   microsPerJob: number;
@@ -97,9 +99,7 @@ export async function scale(params: ScaleParams): Promise<ScaleResult> {
     const seconds = (end - start) / 1000;
     const skip = Math.min(1000, Math.floor(params.jobs / 10));
     const window = Math.min(10_000, Math.floor(params.jobs / 2));
-    const a = times[skip] ?? start;
-    const b = times[Math.min(times.length - 1, skip + window)] ?? end;
-    const steady = (window / (b - a)) * 1000;
+    const steady = steadyRate(times, skip, window, { startedAt: start });
 
     const tenths: number[] = [];
     for (let k = 0; k < 10; k++) {
@@ -122,9 +122,9 @@ export async function scale(params: ScaleParams): Promise<ScaleResult> {
       enqueueSeconds,
       seconds,
       jobsPerSecond: params.jobs / seconds,
-      steadyJobsPerSecond: steady,
-      window,
-      microsPerJob: 1e6 / steady,
+      steadyJobsPerSecond: steady.perSecond,
+      window: steady.completions,
+      microsPerJob: 1e6 / steady.perSecond,
       tenths,
       completedInDatabase: Number(rows[0]?.n ?? 0),
     };
