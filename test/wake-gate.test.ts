@@ -346,6 +346,48 @@ for (const db of testDatabases()) {
     );
 
     it(
+      'a relay held back just as it polls fast backs off from its short waits, not to the poll: it delivers soon after the holder commits',
+      { skip: db.name === 'pglite' ? 'PGlite serves one connection: no transaction held open beside the relay' : false },
+      async () => {
+        const t = await db.open({ poolSize: 12 });
+        const pool = (await db.handle()) as pg.Pool;
+        const target = sink();
+        const relay = t.mailroom.relay({ internal: false, to: [target], pollInterval: '1m' });
+        await relay.start();
+        await asleep(t, relay.id);
+        let publishing = true;
+        let n = 0;
+        // One publisher, an event per transaction, from before the trip until the fence is held below: the relay
+        // works all along, so it keeps polling fast (no row in wake_listeners, so no publish notifies it).
+        const publisher = (async () => {
+          while (publishing) await t.mailroom.publish(noted, { n: ++n });
+        })();
+        const holder = await pool.connect();
+        try {
+          await whileNotified(db, t, 'outbox', { id: relay.id, channel: 'outbox' }, (tripped) => tripped);
+          await eventually(() => target.ns.length > 0 && target.ns.length >= n - 5, 10_000, 'the relay keeping up');
+          // Hold the fence with a transaction that publishes nothing (its commit notifies nobody), and commit an event behind it.
+          await holder.query('BEGIN');
+          await holder.query('SELECT pg_current_xact_id()');
+          publishing = false;
+          await publisher;
+          await t.mailroom.publish(noted, { n: -1 });
+          // Past QUIET_MS: the wait is no longer cut to FAST_POLL_MS. Doubled on every cut round, it had reached the poll (1 minute).
+          await new Promise((r) => setTimeout(r, QUIET_MS + 400));
+          const committed = Date.now();
+          await holder.query('COMMIT');
+          await eventually(() => target.ns.includes(-1), 10_000, 'the held-back event delivered');
+          assert.ok(Date.now() - committed < 2000, `delivered ${Date.now() - committed} ms after the holder committed`);
+        } finally {
+          publishing = false;
+          await publisher.catch(() => {});
+          await holder.query('ROLLBACK').catch(() => {});
+          holder.release();
+          await relay.stop();
+        }
+      },
+    );
+    it(
       'a relay notified fast stops asking for NOTIFY, polls while events come, and asks again once they stop',
       { skip: db.name === 'pglite' ? 'PGlite serves one connection: no concurrent publishers' : false },
       async () => {
