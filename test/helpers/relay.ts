@@ -26,27 +26,32 @@ export async function flushEachUntil(
   const totals: Record<string, RelayFlushResult> = Object.fromEntries(targets.map((t) => [t, { delivered: 0, heldBack: false, leased: true }]));
   const deadline = Date.now() + timeoutMs;
   let heldBy: unknown = null;
-  relay.on('held-back', (info) => (heldBy = info.heldBackBy));
-  for (;;) {
-    const results = await relay.flush();
-    for (const target of targets) {
-      const result = results[target];
-      if (!result) throw new Error(`relay has no target ${target}`);
-      const total = totals[target]!;
-      total.delivered += result.delivered;
-      total.heldBack = result.heldBack;
-      total.leased = result.leased;
-      if (total.delivered > expected) throw new Error(`delivered ${total.delivered} events to ${target}, expected ${expected}`);
+  const onHeldBack = (info: { heldBackBy: unknown }) => void (heldBy = info.heldBackBy);
+  relay.on('held-back', onHeldBack);
+  try {
+    for (;;) {
+      const results = await relay.flush();
+      for (const target of targets) {
+        const result = results[target];
+        if (!result) throw new Error(`relay has no target ${target}`);
+        const total = totals[target]!;
+        total.delivered += result.delivered;
+        total.heldBack = result.heldBack;
+        total.leased = result.leased;
+        if (total.delivered > expected) throw new Error(`delivered ${total.delivered} events to ${target}, expected ${expected}`);
+      }
+      const short = targets.filter((t) => totals[t]!.delivered < expected);
+      if (short.length === 0) return totals;
+      if (Date.now() > deadline) {
+        const stats = mailroom ? (await mailroom.stats()).relay[short[0]!] : undefined;
+        throw new Error(
+          `timed out after ${timeoutMs} ms with ${short.map((t) => `${totals[t]!.delivered} of ${expected} events delivered to ${t}`).join(', ')}; held back by ${JSON.stringify(stats?.heldBackBy ?? heldBy)} ` +
+            '(a long-open transaction anywhere on the server, e.g. a benchmark, holds every relay back)',
+        );
+      }
+      await new Promise((r) => setTimeout(r, 20));
     }
-    const short = targets.filter((t) => totals[t]!.delivered < expected);
-    if (short.length === 0) return totals;
-    if (Date.now() > deadline) {
-      const stats = mailroom ? (await mailroom.stats()).relay[short[0]!] : undefined;
-      throw new Error(
-        `timed out after ${timeoutMs} ms with ${short.map((t) => `${totals[t]!.delivered} of ${expected} events delivered to ${t}`).join(', ')}; held back by ${JSON.stringify(stats?.heldBackBy ?? heldBy)} ` +
-          '(a long-open transaction anywhere on the server, e.g. a benchmark, holds every relay back)',
-      );
-    }
-    await new Promise((r) => setTimeout(r, 20));
+  } finally {
+    relay.off('held-back', onHeldBack);
   }
 }
