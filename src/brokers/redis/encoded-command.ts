@@ -8,7 +8,7 @@
  * string, long ones written apart), the same bytes cost 1.1-1.9 µs. ioredis's
  * own script commands override `toWritable` the same way.
  */
-import { Command } from 'ioredis';
+import { Command, type Redis } from 'ioredis';
 
 /** Arguments at least this long are written into the Buffer on their own; shorter ones join the text around them. */
 const LONG_ARGUMENT = 64;
@@ -51,7 +51,7 @@ export function respOf(name: string, args: readonly (string | number)[]): Buffer
  * its tracing, which then show the command without its arguments.
  *
  * @example
- * pipeline.sendCommand(new EncodedCommand('EVALSHA', [sha, 1, stream, ...values]));
+ * const [[error, added]] = await sendInOrder(client, [new EncodedCommand('EVALSHA', [sha, 1, stream, ...values])]);
  */
 export class EncodedCommand extends Command {
   readonly #bytes: Buffer;
@@ -63,5 +63,33 @@ export class EncodedCommand extends Command {
 
   override toWritable(): Buffer {
     return this.#bytes;
+  }
+}
+
+/** A settled reply: the error, or null and the reply. */
+export type Settled = [Error | null, unknown];
+
+const settled = (reply: unknown): Settled => [null, reply];
+const refused = (error: unknown): Settled => [error instanceof Error ? error : new Error(String(error)), null];
+
+/**
+ * Sends `commands` on `client`'s connection in order, in one write (the socket
+ * corked while they are queued), and resolves with each one's reply or error,
+ * in order, once all are in. ioredis's `Pipeline` would copy the commands'
+ * Buffers into one first (a batch of 1,000 of the relay's events is about
+ * 500 KB); this writes them as they are (what it bought: docs/BENCHMARKS.md,
+ * session 30). A command on a connection that is not ready fails at once
+ * (mailroom's clients have no offline queue).
+ *
+ * @example
+ * const replies = await sendInOrder(client, calls); // [[null, 100], [error, null], …]
+ */
+export function sendInOrder(client: Redis, commands: readonly Command[]): Promise<Settled[]> {
+  const socket = client.stream;
+  socket.cork();
+  try {
+    return Promise.all(commands.map((command) => (client.sendCommand(command) as Promise<unknown>).then(settled, refused)));
+  } finally {
+    socket.uncork();
   }
 }

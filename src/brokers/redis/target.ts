@@ -1,13 +1,14 @@
 /**
  * The relay target for Redis Streams: each event is added to the stream by a
  * Lua script, up to 100 events per script call, each sent as its values only
- * (the script names the fields); a batch is one pipeline, so it reaches Redis
- * in outbox order, and `publish` resolves when every reply is in. The relay's
+ * (the script names the fields); a batch's calls are written on one connection
+ * in one write (`sendInOrder`), so they reach Redis in outbox order, and
+ * `publish` resolves when every reply is in. The relay's
  * batches are guarded by their events' marks in the outbox (mark-script.ts),
  * anything else by a dedup key per event id (add-script.ts).
  */
 import { randomBytes } from 'node:crypto';
-import { Pipeline, type Redis } from 'ioredis';
+import type { Redis } from 'ioredis';
 import { MailroomError } from '../../errors.ts';
 import type { RelayContext, RelayedEvent, RelayTarget } from '../../relay/target.ts';
 import type { SafetyWarning, TargetCheckContext } from '../safety.ts';
@@ -17,7 +18,7 @@ import { ADD_SCRIPT, ADD_SCRIPT_SHA, dedupKey, eventArguments, EVENTS_PER_CALL }
 import { guardKeys, markOf, MARK_SCRIPT, MARK_SCRIPT_SHA } from './mark-script.ts';
 import { dedupWindowWarning, guardByIdWarning, serverWarnings, warningSubject } from './check.ts';
 import { RedisConnection, reason } from './connection.ts';
-import { EncodedCommand } from './encoded-command.ts';
+import { EncodedCommand, sendInOrder } from './encoded-command.ts';
 import { redactUrl, resolveTargetOptions, type RedisTargetOptions, type ResolvedTargetOptions } from './options.ts';
 
 /**
@@ -80,19 +81,9 @@ class RedisStreamsTarget implements RelayTarget {
 
   private async send(events: readonly RelayedEvent[], after: RelayedEvent | undefined, origin: string | undefined): Promise<void> {
     const client = await this.connection.get();
-    const pipeline = new Pipeline(client);
-    const runs = origin === undefined ? this.byId(pipeline, events, after) : this.byMark(pipeline, events, after, origin);
-    let replies: [Error | null, unknown][] | null;
-    try {
-      replies = await pipeline.exec();
-    } catch (err) {
-      this.connection.drop();
-      throw this.failure(events.length, err);
-    }
-    if (replies === null || replies.length !== runs.length) {
-      this.connection.drop();
-      throw this.failure(events.length, new Error('the pipeline was aborted'));
-    }
+    const calls: EncodedCommand[] = [];
+    const runs = origin === undefined ? this.byId(calls, events, after) : this.byMark(calls, events, after, origin);
+    const replies = await sendInOrder(client, calls);
     const failed = replies.findIndex(([err]) => err !== null);
     if (failed >= 0) {
       const err = replies[failed]![0]!;
@@ -107,7 +98,7 @@ class RedisStreamsTarget implements RelayTarget {
    * The relay's batch, guarded by marks (see mark-script.ts): one call per run,
    * the batch's highest mark on the last. Returns the index of each run's first event.
    */
-  private byMark(pipeline: Pipeline, events: readonly RelayedEvent[], after: RelayedEvent | undefined, origin: string): number[] {
+  private byMark(calls: EncodedCommand[], events: readonly RelayedEvent[], after: RelayedEvent | undefined, origin: string): number[] {
     const { stream, maxLen } = this.options;
     const keys = [stream, ...guardKeys(stream, origin)];
     const attempt = randomBytes(8).toString('hex');
@@ -125,13 +116,13 @@ class RedisStreamsTarget implements RelayTarget {
         eventArguments(args, wireTextOf(events[i]!));
       }
       before = marks[end - 1]!;
-      pipeline.sendCommand(new EncodedCommand('EVALSHA', args));
+      calls.push(new EncodedCommand('EVALSHA', args));
     }
     return runs;
   }
 
   /** Events published without the relay's origin, guarded by a dedup key per event id. Returns the index of each run's first event. */
-  private byId(pipeline: Pipeline, events: readonly RelayedEvent[], after: RelayedEvent | undefined): number[] {
+  private byId(calls: EncodedCommand[], events: readonly RelayedEvent[], after: RelayedEvent | undefined): number[] {
     const { stream, dedupWindowMs, maxLen } = this.options;
     let previous: string | null = after === undefined ? null : dedupKey(stream, storedRowOf(after).id);
     const runs: number[] = [];
@@ -146,7 +137,7 @@ class RedisStreamsTarget implements RelayTarget {
         eventArguments(args, message);
         previous = key;
       }
-      pipeline.sendCommand(new EncodedCommand('EVALSHA', [ADD_SCRIPT_SHA, keys.length, ...keys, ...args]));
+      calls.push(new EncodedCommand('EVALSHA', [ADD_SCRIPT_SHA, keys.length, ...keys, ...args]));
     }
     return runs;
   }
