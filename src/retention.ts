@@ -112,11 +112,11 @@ export function checkRetentionAgainst(policy: RetentionPolicy, definitions: Iter
   }
 }
 
-/** One retention pass, in bounded batches; returns how many jobs it deleted. */
-export async function prune(driver: Driver, queries: RetentionQueries, policy: RetentionPolicy): Promise<number> {
+/** One retention pass, in bounded batches (none begun once `stopped()` is true); returns how many jobs it deleted. */
+export async function prune(driver: Driver, queries: RetentionQueries, policy: RetentionPolicy, stopped: () => boolean = () => false): Promise<number> {
   let deleted = 0;
   const drain = async (run: () => Promise<{ rowCount: number }>) => {
-    deleted += await inBatches(policy.batchSize, MAX_BATCHES_PER_PASS, run);
+    if (!stopped()) deleted += await inBatches(policy.batchSize, MAX_BATCHES_PER_PASS, run, stopped);
   };
   await drain(() => driver.run(queries.pruneByAge, [['completed', 'cancelled'], policy.completedAgeMs, policy.batchSize]));
   await drain(() => driver.run(queries.pruneByAge, [['dead'], policy.deadAgeMs, policy.batchSize]));
@@ -127,6 +127,6 @@ export async function prune(driver: Driver, queries: RetentionQueries, policy: R
       await drain(() => driver.run(queries.pruneCompletedBeyond, [...cutoffs, policy.batchSize]));
     }
   }
-  await driver.run(queries.pruneIdleOrderingKeys, [policy.batchSize]);
+  if (!stopped()) await driver.run(queries.pruneIdleOrderingKeys, [policy.batchSize]);
   return deleted;
 }

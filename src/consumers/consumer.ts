@@ -68,6 +68,9 @@ export class Consumer extends SafeEmitter<ConsumerEvents> {
   /** Whether the group's inbox holds an event, asked for many handlers at once. */
   private readonly lookup: InboxLookup;
   private pruneTimer: NodeJS.Timeout | undefined;
+  /** The timer's prune in flight, which `stop` waits for (it ends after its current batch). */
+  private pruning: Promise<unknown> | undefined;
+  private pruneStopped = false;
   private started = false;
 
   /** @internal use `mailroom.consumer()` */
@@ -155,7 +158,12 @@ export class Consumer extends SafeEmitter<ConsumerEvents> {
     }
     if (this.options.maintenance !== false) {
       const every = Math.min(60_000, Math.max(1000, Math.floor(this.resolved.inboxRetentionMs / 10)));
-      this.pruneTimer = setInterval(() => void this.prune().catch((error: unknown) => this.report(error)), every);
+      this.pruneStopped = false;
+      this.pruneTimer = setInterval(() => {
+        this.pruning ??= this.pruneInbox(() => this.pruneStopped)
+          .catch((error: unknown) => this.report(error))
+          .finally(() => (this.pruning = undefined));
+      }, every);
       this.pruneTimer.unref();
     }
   }
@@ -172,6 +180,8 @@ export class Consumer extends SafeEmitter<ConsumerEvents> {
   async stop(options: { timeout?: Duration } = {}): Promise<void> {
     if (this.pruneTimer) clearInterval(this.pruneTimer);
     this.pruneTimer = undefined;
+    this.pruneStopped = true;
+    await this.pruning;
     await this.ingest?.stop();
     await this.worker.stop(options);
   }
@@ -184,10 +194,11 @@ export class Consumer extends SafeEmitter<ConsumerEvents> {
    * const { keys } = await billing.prune();
    */
   async prune(): Promise<{ keys: number }> {
-    const keys = await inBatches(PRUNE_BATCH, MAX_PRUNE_BATCHES, () =>
-      this.deps.driver.run(this.deps.queries.pruneInbox, [this.group, this.resolved.inboxRetentionMs, PRUNE_BATCH]),
-    );
-    return { keys };
+    return { keys: await this.pruneInbox() };
+  }
+
+  private pruneInbox(stopped?: () => boolean): Promise<number> {
+    return inBatches(PRUNE_BATCH, MAX_PRUNE_BATCHES, () => this.deps.driver.run(this.deps.queries.pruneInbox, [this.group, this.resolved.inboxRetentionMs, PRUNE_BATCH]), stopped);
   }
 
   /** The longest an event of the group can keep being retried; the inbox must remember it at least that long. */

@@ -36,6 +36,8 @@ export class Maintenance {
   private running: Promise<unknown> | undefined;
   private pruning: Promise<unknown> | undefined;
   private users = 0;
+  /** Set when the last user stops: a pass in flight ends after its current batch. */
+  private stopped = false;
 
   constructor(
     private readonly driver: Driver,
@@ -56,7 +58,7 @@ export class Maintenance {
 
   /** One retention pass: deletes finished jobs past their retention, in bounded batches. */
   prune(): Promise<number> {
-    return prune(this.driver, this.retentionQueries, this.retention);
+    return prune(this.driver, this.retentionQueries, this.retention, () => this.stopped);
   }
 
   /** One pass: rescues every expired lease now. Returns how many jobs it rescued. */
@@ -66,18 +68,19 @@ export class Maintenance {
       const { rows } = await this.driver.run<RescuedRow>(this.queries.rescueExpired, [RESCUE_BATCH, LEASE_EXPIRED_MESSAGE]);
       total += rows.length;
       for (const row of rows) this.onRescued({ id: row.id, queue: row.queue, type: row.type, attempt: row.attempt, dead: row.state === 'dead' });
-      if (rows.length < RESCUE_BATCH) return total;
+      if (rows.length < RESCUE_BATCH || this.stopped) return total;
     }
   }
 
   /** Starts the periodic loop (reference-counted: one loop however many workers share it). */
   start(): void {
     this.users++;
+    this.stopped = false;
     if (this.timer) return;
     this.timer = setInterval(() => {
       if (this.running) return;
       this.running = this.rescueExpired()
-        .then(() => this.analyzeStale())
+        .then(() => (this.stopped ? [] : this.analyzeStale()))
         .catch(this.onError)
         .finally(() => (this.running = undefined));
     }, this.intervalMs);
@@ -91,13 +94,21 @@ export class Maintenance {
     this.pruneTimer.unref();
   }
 
-  stop(): void {
+  /**
+   * Stops the loop when its last user stops, and resolves once a pass in
+   * flight has ended (after its current batch), so that closing the pool
+   * next cuts no pass off.
+   */
+  async stop(): Promise<void> {
     this.users = Math.max(0, this.users - 1);
-    if (this.users === 0 && this.timer) {
+    if (this.users > 0) return;
+    if (this.timer) {
       clearInterval(this.timer);
       clearInterval(this.pruneTimer);
       this.timer = undefined;
       this.pruneTimer = undefined;
     }
+    this.stopped = true;
+    await Promise.all([this.running, this.pruning]);
   }
 }

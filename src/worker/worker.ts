@@ -201,7 +201,7 @@ export class Worker extends SafeEmitter<WorkerEvents> {
     await this.release(unfinished.map((r) => r.row));
     await this.completer.drain();
     await this.waitForRunning(Number.POSITIVE_INFINITY);
-    this.shutdownTimers();
+    await this.shutdownTimers();
     await this.gate.close().catch((error: unknown) => this.report(error));
     await this.unlisten?.().catch(() => {});
     this.state = 'stopped';
@@ -216,7 +216,7 @@ export class Worker extends SafeEmitter<WorkerEvents> {
     this.abandoned = true;
     this.state = 'stopped';
     this.completer.abandon();
-    this.shutdownTimers();
+    void this.shutdownTimers();
     for (const r of this.running.values()) {
       r.settled = true;
       r.abort(new Error('worker abandoned'));
@@ -229,10 +229,11 @@ export class Worker extends SafeEmitter<WorkerEvents> {
     void this.unlisten?.().catch(() => {});
   }
 
-  private shutdownTimers(): void {
+  /** Stops the heartbeats and this worker's share of the maintenance loop; resolves once a maintenance pass in flight has ended. */
+  private async shutdownTimers(): Promise<void> {
     if (this.heartbeatTimer) clearInterval(this.heartbeatTimer);
     this.heartbeatTimer = undefined;
-    this.maintenance?.stop();
+    await this.maintenance?.stop();
   }
 
   private poke(): void {

@@ -1,0 +1,108 @@
+/**
+ * Stopping waits for the background passes in flight (PostgreSQL, with
+ * TEST_DATABASE_URL): a worker's maintenance pass and a consumer group's inbox
+ * prune, each held up by a table lock taken from outside, must end before
+ * `stop()` resolves, so that `mailroom.close()` ending the pool right after
+ * cuts no pass off (it used to report "Cannot use a pool after calling end on
+ * the pool" and leave the pass half done).
+ */
+import { after, describe, it } from 'node:test';
+import assert from 'node:assert/strict';
+import pg from 'pg';
+import { createMailroom, defineEvent, defineJob, type Mailroom } from '../src/index.ts';
+import { databaseUrl, uniqueSchema } from './helpers/databases.ts';
+
+const HELD_MS = 400;
+const sleep = (ms: number) => new Promise((resolve) => setTimeout(resolve, ms));
+
+/** A mailroom on its own pool (closing it ends the pool), in a fresh schema; its reported errors in `errors`. */
+const mailrooms: Mailroom[] = [];
+async function openOwn(options: Parameters<typeof createMailroom>[0]): Promise<{ mailroom: Mailroom; schema: string; errors: unknown[] }> {
+  const schema = uniqueSchema('shutdown');
+  const mailroom = await createMailroom({ ...options, database: databaseUrl, schema });
+  mailrooms.push(mailroom);
+  await mailroom.migrate();
+  const errors: unknown[] = [];
+  mailroom.on('error', ({ error }) => void errors.push(error));
+  return { mailroom, schema, errors };
+}
+
+/** Waits until a backend waits for a lock on `table` of `schema` (during a statement, or while it prepares one). */
+async function blockedOn(client: pg.Client, schema: string, table: string, ms: number): Promise<void> {
+  const deadline = Date.now() + ms;
+  for (;;) {
+    const { rows } = await client.query(`SELECT count(*)::int AS n FROM pg_locks WHERE NOT granted AND relation = $1::regclass`, [`"${schema}".${table}`]);
+    if (rows[0].n > 0) return;
+    assert.ok(Date.now() < deadline, `nothing waited for the lock on ${table} within ${ms} ms`);
+    await sleep(25);
+  }
+}
+
+/** Takes `table` in ACCESS EXCLUSIVE mode in a transaction left open; the returned function commits it. */
+async function lockTable(schema: string, table: string): Promise<{ client: pg.Client; release: () => Promise<void> }> {
+  const client = new pg.Client({ connectionString: databaseUrl });
+  await client.connect();
+  await client.query('BEGIN');
+  await client.query(`LOCK TABLE "${schema}".${table} IN ACCESS EXCLUSIVE MODE`);
+  return { client, release: async () => void (await client.query('COMMIT')) };
+}
+
+describe('stopping waits for background passes in flight (PostgreSQL)', { skip: databaseUrl ? false : 'TEST_DATABASE_URL is not set' }, () => {
+  const clients: pg.Client[] = [];
+  const schemas: string[] = [];
+  after(async () => {
+    for (const c of clients) await c.end().catch(() => {});
+    for (const m of mailrooms) await m.close({ timeout: 1000 }).catch(() => {}); // a failed test left it open
+    if (schemas.length === 0) return;
+    const admin = new pg.Client({ connectionString: databaseUrl });
+    await admin.connect();
+    for (const s of schemas) await admin.query(`DROP SCHEMA IF EXISTS "${s}" CASCADE`);
+    await admin.end();
+  });
+
+  it("a worker's stop waits for its maintenance pass, and close() after it reports nothing", async () => {
+    const { mailroom, schema, errors } = await openOwn({ rescueInterval: '50ms' });
+    schemas.push(schema);
+    const chore = defineJob<{ n: number }>('shutdown.chore', { queue: 'shutdown' });
+    const worker = mailroom.worker({ queues: ['shutdown'], handlers: { [chore.name]: async () => {} } });
+    await worker.start();
+    // The rescue of expired leases writes job_errors, which nothing else the idle worker does touches.
+    const lock = await lockTable(schema, 'job_errors');
+    clients.push(lock.client);
+    await blockedOn(lock.client, schema, 'job_errors', 10_000);
+    let stopped = false;
+    const stopping = worker.stop().then(() => void (stopped = true));
+    await sleep(HELD_MS);
+    assert.equal(stopped, false, 'stop() resolved while the maintenance pass still waited for the lock');
+    await lock.release();
+    await stopping;
+    const { rows } = await lock.client.query(`SELECT count(*)::int AS n FROM pg_locks WHERE relation = $1::regclass`, [`"${schema}".job_errors`]);
+    assert.equal(rows[0].n, 0, 'no statement of the pass still holds or waits for job_errors once stop() resolved');
+    await mailroom.close();
+    await sleep(200);
+    assert.deepEqual(errors.map((e) => (e instanceof Error ? e.message : String(e))), []);
+  });
+
+  it("a consumer group's stop waits for its inbox prune, and close() after it reports nothing", async () => {
+    const { mailroom, schema, errors } = await openOwn({});
+    schemas.push(schema);
+    const noted = defineEvent<{ n: number }>('shutdown.noted', { version: 1 });
+    const consumer = mailroom.consumer({ group: 'shutdown', inboxRetention: '10s', retry: { maxAttempts: 1 }, handlers: { [noted.type]: async () => {} } });
+    await consumer.start();
+    const lock = await lockTable(schema, 'inbox');
+    clients.push(lock.client);
+    // The prune runs every second (a tenth of the retention, at least a second).
+    await blockedOn(lock.client, schema, 'inbox', 10_000);
+    let stopped = false;
+    const stopping = consumer.stop().then(() => void (stopped = true));
+    await sleep(HELD_MS);
+    assert.equal(stopped, false, 'stop() resolved while the inbox prune was still waiting on the lock');
+    await lock.release();
+    await stopping;
+    const { rows } = await lock.client.query(`SELECT count(*)::int AS n FROM pg_locks WHERE relation = $1::regclass`, [`"${schema}".inbox`]);
+    assert.equal(rows[0].n, 0, 'no statement of the prune still holds or waits for the inbox once stop() resolved');
+    await mailroom.close();
+    await sleep(200);
+    assert.deepEqual(errors.map((e) => (e instanceof Error ? e.message : String(e))), []);
+  });
+});
