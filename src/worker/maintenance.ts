@@ -36,7 +36,7 @@ export class Maintenance {
   private running: Promise<unknown> | undefined;
   private pruning: Promise<unknown> | undefined;
   private users = 0;
-  /** Set when the last user stops: a pass in flight ends after its current batch. */
+  /** Set when the last user stops: the loop's pass in flight ends after its current batch (a pass called directly runs on). */
   private stopped = false;
 
   constructor(
@@ -56,19 +56,19 @@ export class Maintenance {
     return this.refreshStatistics();
   }
 
-  /** One retention pass: deletes finished jobs past their retention, in bounded batches. */
-  prune(): Promise<number> {
-    return prune(this.driver, this.retentionQueries, this.retention, () => this.stopped);
+  /** One retention pass: deletes finished jobs past their retention, in bounded batches (no more once `stopped()`). */
+  prune(stopped: () => boolean = () => false): Promise<number> {
+    return prune(this.driver, this.retentionQueries, this.retention, stopped);
   }
 
-  /** One pass: rescues every expired lease now. Returns how many jobs it rescued. */
-  async rescueExpired(): Promise<number> {
+  /** One pass: rescues every expired lease now (no more batches once `stopped()`). Returns how many jobs it rescued. */
+  async rescueExpired(stopped: () => boolean = () => false): Promise<number> {
     let total = 0;
     for (;;) {
       const { rows } = await this.driver.run<RescuedRow>(this.queries.rescueExpired, [RESCUE_BATCH, LEASE_EXPIRED_MESSAGE]);
       total += rows.length;
       for (const row of rows) this.onRescued({ id: row.id, queue: row.queue, type: row.type, attempt: row.attempt, dead: row.state === 'dead' });
-      if (rows.length < RESCUE_BATCH || this.stopped) return total;
+      if (rows.length < RESCUE_BATCH || stopped()) return total;
     }
   }
 
@@ -79,15 +79,16 @@ export class Maintenance {
     if (this.timer) return;
     this.timer = setInterval(() => {
       if (this.running) return;
-      this.running = this.rescueExpired()
-        .then(() => (this.stopped ? [] : this.analyzeStale()))
+      const stopped = () => this.stopped;
+      this.running = this.rescueExpired(stopped)
+        .then(() => (stopped() ? [] : this.analyzeStale()))
         .catch(this.onError)
         .finally(() => (this.running = undefined));
     }, this.intervalMs);
     this.timer.unref();
     this.pruneTimer = setInterval(() => {
       if (this.pruning) return;
-      this.pruning = this.prune()
+      this.pruning = this.prune(() => this.stopped)
         .catch(this.onError)
         .finally(() => (this.pruning = undefined));
     }, this.retention.intervalMs);
