@@ -12,38 +12,37 @@ import { TRANSPORT_HEADERS, type WireText } from '../wire.ts';
 import { hashTag } from './options.ts';
 
 /**
- * Lua shared by the add scripts: `entry(a, contentType)` returns the fields of
+ * Lua shared by the add scripts: `entry(a, contentType)` writes the fields of
  * the entry of the event whose arguments start at ARGV[a] (its shape, see
- * {@link eventArguments}) and the index after them; `xadd(stream, maxlen,
- * fields)` adds it (maxlen '' for none) and returns the reply or the error.
+ * {@link eventArguments}) into the script's one `fields` table and returns
+ * their count and the index after them; `xadd(stream, maxlen, n)` adds the
+ * first n of them (maxlen '' for none) and returns the reply or the error.
+ * The table is filled again for each event, not made anew.
  */
 export const ENTRY_LUA = `local headers = {${TRANSPORT_HEADERS.map((name) => `'${name}'`).join(', ')}}
+local fields = {}
 local function entry(a, contentType)
   local shape = tonumber(ARGV[a])
-  local fields = {'id', ARGV[a + 1], 'type', ARGV[a + 2]}
+  fields[1], fields[2], fields[3], fields[4] = 'id', ARGV[a + 1], 'type', ARGV[a + 2]
   local n, v = 4, a + 3
   if bit.band(shape, 1) ~= 0 then
-    fields[5] = 'key'
-    fields[6] = ARGV[v]
+    fields[5], fields[6] = 'key', ARGV[v]
     n, v = 6, v + 1
   end
-  fields[n + 1] = 'content-type'
-  fields[n + 2] = contentType
+  fields[n + 1], fields[n + 2] = 'content-type', contentType
   n = n + 2
   for h = 1, 4 do
     if bit.band(shape, 2 ^ h) ~= 0 then
-      fields[n + 1] = headers[h]
-      fields[n + 2] = ARGV[v]
+      fields[n + 1], fields[n + 2] = headers[h], ARGV[v]
       n, v = n + 2, v + 1
     end
   end
-  fields[n + 1] = 'body'
-  fields[n + 2] = ARGV[v]
-  return fields, v + 1
+  fields[n + 1], fields[n + 2] = 'body', ARGV[v]
+  return n + 2, v + 1
 end
-local function xadd(stream, maxlen, fields)
-  if maxlen == '' then return redis.pcall('XADD', stream, '*', unpack(fields)) end
-  return redis.pcall('XADD', stream, 'MAXLEN', '~', maxlen, '*', unpack(fields))
+local function xadd(stream, maxlen, n)
+  if maxlen == '' then return redis.pcall('XADD', stream, '*', unpack(fields, 1, n)) end
+  return redis.pcall('XADD', stream, 'MAXLEN', '~', maxlen, '*', unpack(fields, 1, n))
 end`;
 
 /**
@@ -79,9 +78,9 @@ local window, maxlen, contentType = ARGV[2], ARGV[3], ARGV[4]
 ${ENTRY_LUA}
 local a, added = 5, 0
 for k = first, #KEYS do
-  local fields, after = entry(a, contentType)
+  local count, after = entry(a, contentType)
   if redis.call('SET', KEYS[k], '1', 'NX', 'PX', window) then
-    local r = xadd(KEYS[1], maxlen, fields)
+    local r = xadd(KEYS[1], maxlen, count)
     if type(r) == 'table' and r.err then
       redis.call('DEL', KEYS[k])
       return redis.error_reply(r.err)

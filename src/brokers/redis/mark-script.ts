@@ -68,9 +68,9 @@ local marks, n, failure = {}, 0, nil
 local a = 6
 while a <= #ARGV do
   local mark = ARGV[a]
-  local fields, after = entry(a + 1, contentType)
+  local count, after = entry(a + 1, contentType)
   if not (mark <= done or (seen and seen[mark])) then
-    local r = xadd(KEYS[1], maxlen, fields)
+    local r = xadd(KEYS[1], maxlen, count)
     if type(r) == 'table' and r.err then
       failure = r.err
       break
