@@ -28,7 +28,7 @@ import { writeFile } from 'node:fs/promises';
 import { createMailroom, type Mailroom } from '../../dist/index.js';
 import { createDatabase, dropDatabase, enableAutovacuum } from '../db.ts';
 import { atMost, now, percentile, sleep } from '../stats.ts';
-import { brokerUrls, noted, PAD, setups, type BrokerSetup, type Kind } from './setups.ts';
+import { brokerUrls, checkHeld, noted, PAD, setups, type BrokerSetup, type Kind } from './setups.ts';
 import { forkTs, nextMessage } from '../spawn.ts';
 
 interface Config {
@@ -156,6 +156,7 @@ async function relayThroughput(setup: BrokerSetup, serverUrl: string, name: stri
     await done;
     const ended = now();
     await relay.stop();
+    await checkHeld(setup, name, messages);
     const { at, count } = first ?? { at: started, count: 0 };
     return { fromStart: messages / ((ended - started) / 1000), afterFirstBatch: ended > at ? (messages - count) / ((ended - at) / 1000) : 0 };
   });

@@ -11,7 +11,7 @@ import { createMailroom, type RelayTarget } from '../../dist/index.js';
 import { createDatabase, dropDatabase } from '../db.ts';
 import { now } from '../stats.ts';
 import { cpuSplit, formatCpuSplit, sampleCpu } from '../cpu-split.ts';
-import { brokerUrls, noted, PAD, setups, type Kind } from './setups.ts';
+import { brokerUrls, checkHeld, noted, PAD, setups, type Kind } from './setups.ts';
 
 const N = Number(process.env.N ?? 20000);
 /** BATCH=default: the relay's default batch size (growing during a backlog). */
@@ -75,6 +75,7 @@ try {
   const cpuAfter = sampleCpu();
   await profiler?.();
   await relay.stop();
+  if (broker) await checkHeld(broker, name, N);
   console.log(`${kind}: ${N} events in ${seconds.toFixed(2)} s = ${Math.round(N / seconds)} events/s (batch ${BATCH ?? 'default'})`);
   console.log(`  CPU during the run: ${formatCpuSplit(cpuSplit(cpuBefore, cpuAfter), seconds)}`);
 } finally {

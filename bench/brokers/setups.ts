@@ -22,6 +22,8 @@ export interface BrokerSetup {
   /** Makes the destination keep what is published (RabbitMQ: a queue bound to the exchange). */
   prepare(name: string): Promise<void>;
   cleanup(name: string): Promise<void>;
+  /** How many messages the destination holds (a check that the relay's rate counted messages that arrived). */
+  held(name: string): Promise<number>;
   ceiling(messages: number): Promise<{ perSecond: number }>;
 }
 
@@ -47,6 +49,12 @@ export function brokerUrls(): Record<Kind, string> {
   };
 }
 
+/** Throws unless the destination holds exactly `expected` messages after a run. */
+export async function checkHeld(setup: BrokerSetup, name: string, expected: number): Promise<void> {
+  const held = await setup.held(name);
+  if (held !== expected) throw new Error(`the broker holds ${held} messages after the run, expected ${expected}: the rate would count messages that did not arrive (or arrived twice)`);
+}
+
 export function setups(urls: Record<Kind, string>): Record<Kind, BrokerSetup> {
   return {
     rabbitmq: {
@@ -66,6 +74,14 @@ export function setups(urls: Record<Kind, string>): Record<Kind, BrokerSetup> {
         await ch.deleteQueue(name);
         await ch.deleteExchange(name);
         await c.close();
+      },
+      async held(name) {
+        const c = await amqpConnect(urls.rabbitmq);
+        try {
+          return (await (await c.createChannel()).checkQueue(name)).messageCount;
+        } finally {
+          await c.close();
+        }
       },
       ceiling: (messages) => rabbitmqCeiling({ url: urls.rabbitmq, messages, ...SAME_MESSAGES }),
     },
@@ -87,6 +103,16 @@ export function setups(urls: Record<Kind, string>): Record<Kind, BrokerSetup> {
         await (await jetstreamManager(nc)).streams.delete(name).catch(() => false);
         await nc.close();
       },
+      async held(name) {
+        const { connect } = await import('@nats-io/transport-node');
+        const { jetstreamManager } = await import('@nats-io/jetstream');
+        const nc = await connect({ servers: urls.nats });
+        try {
+          return (await (await jetstreamManager(nc)).streams.info(name)).state.messages;
+        } finally {
+          await nc.close();
+        }
+      },
       ceiling: (messages) => natsCeiling({ url: urls.nats, messages, ...SAME_MESSAGES }),
     },
     redis: {
@@ -100,6 +126,15 @@ export function setups(urls: Record<Kind, string>): Record<Kind, BrokerSetup> {
           const keys = await r.keys(`*${name}*`);
           // In slices: a run of 200,000 events leaves as many dedup keys, too many arguments for one call.
           for (let i = 0; i < keys.length; i += 1000) await r.del(...keys.slice(i, i + 1000));
+        } finally {
+          r.disconnect();
+        }
+      },
+      async held(name) {
+        const { Redis } = await import('ioredis');
+        const r = new Redis(urls.redis);
+        try {
+          return await r.xlen(name);
         } finally {
           r.disconnect();
         }
