@@ -60,49 +60,46 @@ describe('stopping waits for background passes in flight (PostgreSQL)', { skip: 
     await admin.end();
   });
 
-  it("a worker's stop waits for its maintenance pass, and close() after it reports nothing", async () => {
-    const { mailroom, schema, errors } = await openOwn({ rescueInterval: '50ms' });
-    schemas.push(schema);
-    const chore = defineJob<{ n: number }>('shutdown.chore', { queue: 'shutdown' });
-    const worker = mailroom.worker({ queues: ['shutdown'], handlers: { [chore.name]: async () => {} } });
-    await worker.start();
-    // The rescue of expired leases writes job_errors, which nothing else the idle worker does touches.
-    const lock = await lockTable(schema, 'job_errors');
+  /**
+   * With `table` locked from outside and a pass of `mailroom` waiting for it: `stop()` must not
+   * resolve while the lock is held, nothing of the pass may touch the table once it has, and
+   * `close()` after it must report nothing.
+   */
+  async function stopWaitsForPass(opened: { mailroom: Mailroom; schema: string; errors: unknown[] }, table: string, stop: () => Promise<void>): Promise<void> {
+    const { mailroom, schema, errors } = opened;
+    const lock = await lockTable(schema, table);
     clients.push(lock.client);
-    await blockedOn(lock.client, schema, 'job_errors', 10_000);
+    await blockedOn(lock.client, schema, table, 10_000);
     let stopped = false;
-    const stopping = worker.stop().then(() => void (stopped = true));
+    const stopping = stop().then(() => void (stopped = true));
     await sleep(HELD_MS);
-    assert.equal(stopped, false, 'stop() resolved while the maintenance pass still waited for the lock');
+    assert.equal(stopped, false, `stop() resolved while the pass still waited for the lock on ${table}`);
     await lock.release();
     await stopping;
-    const { rows } = await lock.client.query(`SELECT count(*)::int AS n FROM pg_locks WHERE relation = $1::regclass`, [`"${schema}".job_errors`]);
-    assert.equal(rows[0].n, 0, 'no statement of the pass still holds or waits for job_errors once stop() resolved');
+    const { rows } = await lock.client.query(`SELECT count(*)::int AS n FROM pg_locks WHERE relation = $1::regclass`, [`"${schema}".${table}`]);
+    assert.equal(rows[0].n, 0, `no statement of the pass still holds or waits for ${table} once stop() resolved`);
     await mailroom.close();
     await sleep(200);
     assert.deepEqual(errors.map((e) => (e instanceof Error ? e.message : String(e))), []);
+  }
+
+  it("a worker's stop waits for its maintenance pass, and close() after it reports nothing", async () => {
+    const opened = await openOwn({ rescueInterval: '50ms' });
+    schemas.push(opened.schema);
+    const chore = defineJob<{ n: number }>('shutdown.chore', { queue: 'shutdown' });
+    const worker = opened.mailroom.worker({ queues: ['shutdown'], handlers: { [chore.name]: async () => {} } });
+    await worker.start();
+    // The rescue of expired leases writes job_errors, which nothing else the idle worker does touches.
+    await stopWaitsForPass(opened, 'job_errors', () => worker.stop());
   });
 
   it("a consumer group's stop waits for its inbox prune, and close() after it reports nothing", async () => {
-    const { mailroom, schema, errors } = await openOwn({});
-    schemas.push(schema);
+    const opened = await openOwn({});
+    schemas.push(opened.schema);
     const noted = defineEvent<{ n: number }>('shutdown.noted', { version: 1 });
-    const consumer = mailroom.consumer({ group: 'shutdown', inboxRetention: '10s', retry: { maxAttempts: 1 }, handlers: { [noted.type]: async () => {} } });
+    const consumer = opened.mailroom.consumer({ group: 'shutdown', inboxRetention: '10s', retry: { maxAttempts: 1 }, handlers: { [noted.type]: async () => {} } });
     await consumer.start();
-    const lock = await lockTable(schema, 'inbox');
-    clients.push(lock.client);
     // The prune runs every second (a tenth of the retention, at least a second).
-    await blockedOn(lock.client, schema, 'inbox', 10_000);
-    let stopped = false;
-    const stopping = consumer.stop().then(() => void (stopped = true));
-    await sleep(HELD_MS);
-    assert.equal(stopped, false, 'stop() resolved while the inbox prune was still waiting on the lock');
-    await lock.release();
-    await stopping;
-    const { rows } = await lock.client.query(`SELECT count(*)::int AS n FROM pg_locks WHERE relation = $1::regclass`, [`"${schema}".inbox`]);
-    assert.equal(rows[0].n, 0, 'no statement of the prune still holds or waits for the inbox once stop() resolved');
-    await mailroom.close();
-    await sleep(200);
-    assert.deepEqual(errors.map((e) => (e instanceof Error ? e.message : String(e))), []);
+    await stopWaitsForPass(opened, 'inbox', () => consumer.stop());
   });
 });
