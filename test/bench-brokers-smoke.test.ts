@@ -22,7 +22,9 @@ const TSX = import.meta.resolve('tsx');
 interface BrokerJson {
   kind: string;
   ceilingPerSecond: number;
-  ceilingRunsPerSecond: [number, number];
+  ceilingRunsPerSecond: number[];
+  relayOfCeiling: number;
+  rounds: { ceilingBeforePerSecond: number; ceilingAfterPerSecond: number; relayPerSecond: number; relayOfCeiling: number }[];
   relayPerSecond: number;
   lag: { ratePerSecond: number; events: number; p50Ms: number; p99Ms: number }[];
 }
@@ -31,7 +33,7 @@ test('bench:brokers runs end to end at a tiny size, for each broker', { skip: mi
   const dir = await mkdtemp(join(tmpdir(), 'mailroom-bench-brokers-'));
   try {
     const json = join(dir, 'out.json');
-    const args = ['--import', TSX, MAIN, '--messages', '300', '--lag-rates', '100', '--lag-seconds', '1', '--lag-warmup', '0', '--json', json];
+    const args = ['--import', TSX, MAIN, '--messages', '300', '--rounds', '2', '--lag-rates', '100', '--lag-seconds', '1', '--lag-warmup', '0', '--json', json];
     const child = spawn(process.execPath, args, { cwd: ROOT, stdio: ['ignore', 'pipe', 'pipe'], env: { ...process.env, BENCH_DATABASE_URL: databaseUrl } });
     let stderr = '';
     child.stdout.resume();
@@ -43,10 +45,19 @@ test('bench:brokers runs end to end at a tiny size, for each broker', { skip: mi
     const { results } = JSON.parse(await readFile(json, 'utf8')) as { results: BrokerJson[] };
     assert.deepEqual(results.map((r) => r.kind), ['rabbitmq', 'nats', 'redis']);
     for (const r of results) {
-      assert.equal(r.ceilingRunsPerSecond.length, 2, `${r.kind}: the ceiling before and after the relay`);
+      assert.equal(r.ceilingRunsPerSecond.length, 3, `${r.kind}: a ceiling before the first relay run and after each of the two`);
       assert.ok(r.ceilingRunsPerSecond.every((c) => c > 0), `${r.kind}: ceilings ${r.ceilingRunsPerSecond.join(', ')}`);
-      assert.equal(r.ceilingPerSecond, Math.max(...r.ceilingRunsPerSecond), `${r.kind}: the higher ceiling counts`);
-      assert.ok(r.relayPerSecond > 0, `${r.kind}: relay ${r.relayPerSecond}`);
+      assert.equal(r.rounds.length, 2, `${r.kind}: two relay runs`);
+      r.rounds.forEach((round, i) => {
+        assert.deepEqual([round.ceilingBeforePerSecond, round.ceilingAfterPerSecond], r.ceilingRunsPerSecond.slice(i, i + 2), `${r.kind}: round ${i + 1} sits between its ceilings`);
+        assert.ok(round.relayPerSecond > 0, `${r.kind}: round ${i + 1}'s relay ${round.relayPerSecond}`);
+        const share = round.relayPerSecond / Math.max(round.ceilingBeforePerSecond, round.ceilingAfterPerSecond);
+        assert.ok(Math.abs(round.relayOfCeiling - share) < 0.01, `${r.kind}: round ${i + 1}'s share ${round.relayOfCeiling} against the higher ceiling beside it (${share})`);
+      });
+      // Of two rounds the median is the higher share (index 1 of the sorted two).
+      const reported = r.rounds.find((round) => round.relayOfCeiling === Math.max(...r.rounds.map((x) => x.relayOfCeiling)))!;
+      assert.equal(r.relayPerSecond, reported.relayPerSecond, `${r.kind}: the round with the median share is reported`);
+      assert.equal(r.ceilingPerSecond, Math.max(reported.ceilingBeforePerSecond, reported.ceilingAfterPerSecond), `${r.kind}: its higher ceiling counts`);
       assert.equal(r.lag.length, 1);
       assert.equal(r.lag[0]!.events, 100, `${r.kind}: every event published at 100/s for 1 s reached the consumer`);
       assert.ok(r.lag[0]!.p50Ms > 0 && r.lag[0]!.p99Ms >= r.lag[0]!.p50Ms, `${r.kind}: lag p50 ${r.lag[0]!.p50Ms}, p99 ${r.lag[0]!.p99Ms}`);

@@ -4,12 +4,14 @@
  *
  * Per broker, in a fresh Node process of its own, in this order:
  * 1. ceiling: a bare client publishing N messages with confirms, batches of 100, no database;
- *    measured before and after the relay, and the higher of the two counts (on a shared machine a
- *    slow minute during one measurement would otherwise flatter the relay's share);
  * 2. relay: N events already in the outbox (one fresh database), one relay with only that
  *    broker's target (batchSize 1000): events/s from start to the last confirmed batch, and from
  *    the first confirmed batch to the last (the relay's connections, script load and checks left
- *    out, as the ceiling's connection and stream are);
+ *    out, as the ceiling's connection and stream are); then the ceiling again. Steps 1-2 make a
+ *    round, repeated --rounds times (default 3; each round's first ceiling is the round before's
+ *    last). A round's share is its relay against the higher of the ceilings on either side of it
+ *    (on a shared machine a slow minute during one measurement would otherwise flatter the relay);
+ *    the round with the median share is reported;
  * 3. lag: events published at a fixed rate for a few seconds (default 500/s and 1,000/s; 'half'
  *    is half the relay's own rate) by producers with a mailroom (and pool) of their own, in at most
  *    PRODUCER_TX_PER_SECOND transactions a second (one event each up to that rate, then several),
@@ -22,7 +24,7 @@
  * --autovacuum turns the server's autovacuum on for the run when it is off (PostgreSQL's default):
  * without it a fresh database is never analyzed, and plans made while its tables were empty stay.
  *
- *   npm run bench:brokers -- [--messages 100000] [--lag-seconds 5] [--lag-warmup 2] [--lag-rates 500,1000] [--only rabbitmq,nats,redis] [--json FILE] [--autovacuum]
+ *   npm run bench:brokers -- [--messages 100000] [--rounds 3] [--lag-seconds 5] [--lag-warmup 2] [--lag-rates 500,1000] [--only rabbitmq,nats,redis] [--json FILE] [--autovacuum]
  */
 import { writeFile } from 'node:fs/promises';
 import { createMailroom, type Mailroom } from '../../dist/index.js';
@@ -39,6 +41,8 @@ interface Config {
   /** Rates for the lag runs; 'half' is half the relay's measured rate. */
   lagRates: (number | 'half')[];
   only: Kind[];
+  /** Relay runs, each between two ceiling runs; the one with the median share is reported. */
+  rounds: number;
   json: string | null;
   /** Turn the server's autovacuum on for the run when it is off (PostgreSQL's default is on). */
   autovacuum: boolean;
@@ -57,17 +61,28 @@ interface LagResult {
   warmupP99Ms: number;
 }
 
+/** One relay run and the ceilings measured on either side of it. */
+interface RelayRound {
+  ceilingBeforePerSecond: number;
+  ceilingAfterPerSecond: number;
+  relayPerSecond: number;
+  relayAfterFirstBatchPerSecond: number;
+  /** The relay against the higher of the two ceilings. */
+  relayOfCeiling: number;
+}
+
 interface BrokerResult {
   kind: Kind;
-  /** The higher of the two ceiling runs. */
+  /** The higher of the two ceilings around the reported round (the one with the median share). */
   ceilingPerSecond: number;
-  /** The ceiling measured before and after the relay. */
-  ceilingRunsPerSecond: [number, number];
+  /** Every ceiling run, in order: one before the first relay run and one after each. */
+  ceilingRunsPerSecond: number[];
   relayPerSecond: number;
   relayOfCeiling: number;
   /** From the first confirmed batch on (see {@link RelayThroughput}). */
   relayAfterFirstBatchPerSecond: number;
   relayAfterFirstBatchOfCeiling: number;
+  rounds: RelayRound[];
   lag: LagResult[];
 }
 
@@ -78,6 +93,7 @@ function parseArgs(argv: string[]): Config {
     lagWarmupSeconds: 2,
     lagRates: [500, 1000],
     only: ['rabbitmq', 'nats', 'redis'],
+    rounds: 3,
     json: null,
     autovacuum: false,
     serverUrl: process.env.BENCH_DATABASE_URL ?? 'postgres://postgres@127.0.0.1:5432/postgres',
@@ -95,14 +111,16 @@ function parseArgs(argv: string[]): Config {
     else if (flag === '--lag-warmup') c.lagWarmupSeconds = Number(value());
     else if (flag === '--lag-rates') c.lagRates = value().split(',').map((r) => (r === 'half' ? 'half' : Number(r)));
     else if (flag === '--only') c.only = value().split(',') as Kind[];
+    else if (flag === '--rounds') c.rounds = Number(value());
     else if (flag === '--json') c.json = value();
     else if (flag === '--autovacuum') c.autovacuum = true;
     else if (flag === '--help') {
-      console.log('npm run bench:brokers -- [--messages N] [--lag-seconds S] [--lag-warmup S] [--lag-rates 500,1000] [--only rabbitmq,nats,redis] [--json FILE] [--autovacuum]');
+      console.log('npm run bench:brokers -- [--messages N] [--rounds 3] [--lag-seconds S] [--lag-warmup S] [--lag-rates 500,1000] [--only rabbitmq,nats,redis] [--json FILE] [--autovacuum]');
       process.exit(0);
     } else throw new Error(`unknown flag ${flag}; see --help`);
   }
   if (!Number.isInteger(c.messages) || c.messages < 100) throw new Error('--messages must be an integer of at least 100');
+  if (!Number.isInteger(c.rounds) || c.rounds < 1) throw new Error('--rounds must be an integer of at least 1');
   if (!(c.lagSeconds > 0)) throw new Error('--lag-seconds must be a positive number');
   if (!(c.lagWarmupSeconds >= 0)) throw new Error('--lag-warmup must be a number of seconds, 0 or more');
   for (const r of c.lagRates) if (r !== 'half' && !(Number.isInteger(r) && r > 0)) throw new Error(`--lag-rates: ${r} is not a positive integer or 'half'`);
@@ -287,32 +305,48 @@ async function measure(config: Config): Promise<void> {
     results.push(await nextMessage(child, (m: { result: BrokerResult }) => m.result));
     child.disconnect();
   }
-  console.log('\n| broker | ceiling (msg/s) | relay (events/s) | relay / ceiling | after its first batch | lag: rate (/s), p50 / p99 (ms) |');
-  console.log('|---|---:|---:|---:|---:|---|');
+  console.log(`\nThe relay's figures are those of the round with the median share (of ${config.rounds}); a share is the relay against the higher ceiling beside it.`);
+  console.log('\n| broker | ceiling (msg/s) | relay (events/s) | relay / ceiling | every round\'s share | after its first batch | lag: rate (/s), p50 / p99 (ms) |');
+  console.log('|---|---:|---:|---:|---|---:|---|');
   for (const r of results) {
     const lag = r.lag.map((l) => `${l.ratePerSecond}/s: ${l.p50Ms} / ${l.p99Ms}`).join('; ');
     const steady = `${r.relayAfterFirstBatchPerSecond} (${(r.relayAfterFirstBatchOfCeiling * 100).toFixed(0)} %)`;
-    console.log(`| ${r.kind} | ${r.ceilingPerSecond} | ${r.relayPerSecond} | ${(r.relayOfCeiling * 100).toFixed(0)} % | ${steady} | ${lag} |`);
+    const shares = r.rounds.map((round) => `${(round.relayOfCeiling * 100).toFixed(0)} %`).join(', ');
+    console.log(`| ${r.kind} | ${r.ceilingPerSecond} | ${r.relayPerSecond} | ${(r.relayOfCeiling * 100).toFixed(0)} % | ${shares} | ${steady} | ${lag} |`);
   }
-  if (config.json !== null) await writeFile(config.json, `${JSON.stringify({ messages: config.messages, lagSeconds: config.lagSeconds, lagWarmupSeconds: config.lagWarmupSeconds, autovacuum: config.autovacuum, results }, null, 2)}\n`);
+  if (config.json !== null) await writeFile(config.json, `${JSON.stringify({ messages: config.messages, rounds: config.rounds, lagSeconds: config.lagSeconds, lagWarmupSeconds: config.lagWarmupSeconds, autovacuum: config.autovacuum, results }, null, 2)}\n`);
 }
 
 /** One broker's ceiling, relay and lag runs, in this process (a child of {@link measure}). */
 async function measureBroker({ config, kind, run }: BrokerTask): Promise<BrokerResult> {
   const setup = setups(config.urls)[kind];
   process.stderr.write(`${kind}:\n`);
-  const before = await setup.ceiling(config.messages);
-  process.stderr.write(`  ceiling ${Math.round(before.perSecond)} msg/s\n`);
-  const relayName = `${run}_${kind}_relay`;
-  const measured = await relayThroughput(setup, config.serverUrl, relayName, config.messages).finally(() => setup.cleanup(relayName).catch(() => {}));
-  const after = await setup.ceiling(config.messages);
-  // The higher of the two, on either side of the relay: a slow minute of the machine during one
-  // ceiling would otherwise flatter the relay's share.
-  const c = after.perSecond > before.perSecond ? after : before;
-  process.stderr.write(`  ceiling again ${Math.round(after.perSecond)} msg/s; the higher one counts\n`);
-  const relay = measured.fromStart;
-  const steady = measured.afterFirstBatch;
-  process.stderr.write(`  relay   ${Math.round(relay)} events/s (${((relay / c.perSecond) * 100).toFixed(0)} % of the ceiling); after its first batch ${Math.round(steady)} (${((steady / c.perSecond) * 100).toFixed(0)} %)\n`);
+  const ceilings = [(await setup.ceiling(config.messages)).perSecond];
+  process.stderr.write(`  ceiling ${Math.round(ceilings[0]!)} msg/s\n`);
+  const rounds: RelayRound[] = [];
+  for (let i = 0; i < config.rounds; i++) {
+    const relayName = `${run}_${kind}_relay${i}`;
+    const measured = await relayThroughput(setup, config.serverUrl, relayName, config.messages).finally(() => setup.cleanup(relayName).catch(() => {}));
+    const after = (await setup.ceiling(config.messages)).perSecond;
+    const before = ceilings.at(-1)!;
+    ceilings.push(after);
+    const round: RelayRound = {
+      ceilingBeforePerSecond: Math.round(before),
+      ceilingAfterPerSecond: Math.round(after),
+      relayPerSecond: Math.round(measured.fromStart),
+      relayAfterFirstBatchPerSecond: Math.round(measured.afterFirstBatch),
+      relayOfCeiling: Math.round((measured.fromStart / Math.max(before, after)) * 1000) / 1000,
+    };
+    rounds.push(round);
+    process.stderr.write(
+      `  relay   ${round.relayPerSecond} events/s (${(round.relayOfCeiling * 100).toFixed(0)} % of the higher ceiling beside it); after its first batch ${round.relayAfterFirstBatchPerSecond}; ceiling again ${round.ceilingAfterPerSecond} msg/s\n`,
+    );
+  }
+  const median = [...rounds].sort((a, b) => a.relayOfCeiling - b.relayOfCeiling)[Math.floor(rounds.length / 2)]!;
+  const c = { perSecond: Math.max(median.ceilingBeforePerSecond, median.ceilingAfterPerSecond) };
+  const relay = median.relayPerSecond;
+  const steady = median.relayAfterFirstBatchPerSecond;
+  if (rounds.length > 1) process.stderr.write(`  the median round: relay ${relay} events/s, ${(median.relayOfCeiling * 100).toFixed(0)} % of ${c.perSecond}\n`);
   const lag: LagResult[] = [];
   for (const r of config.lagRates) {
     const rate = r === 'half' ? Math.round(relay / 2) : r;
@@ -331,12 +365,13 @@ async function measureBroker({ config, kind, run }: BrokerTask): Promise<BrokerR
   }
   const result: BrokerResult = {
     kind,
-    ceilingPerSecond: Math.round(c.perSecond),
-    ceilingRunsPerSecond: [Math.round(before.perSecond), Math.round(after.perSecond)],
-    relayPerSecond: Math.round(relay),
-    relayOfCeiling: Math.round((relay / c.perSecond) * 1000) / 1000,
-    relayAfterFirstBatchPerSecond: Math.round(steady),
+    ceilingPerSecond: c.perSecond,
+    ceilingRunsPerSecond: ceilings.map(Math.round),
+    relayPerSecond: relay,
+    relayOfCeiling: median.relayOfCeiling,
+    relayAfterFirstBatchPerSecond: steady,
     relayAfterFirstBatchOfCeiling: Math.round((steady / c.perSecond) * 1000) / 1000,
+    rounds,
     lag,
   };
   return result;
