@@ -116,7 +116,7 @@ export function checkRetentionAgainst(policy: RetentionPolicy, definitions: Iter
 export async function prune(driver: Driver, queries: RetentionQueries, policy: RetentionPolicy, stopped: () => boolean = () => false): Promise<number> {
   let deleted = 0;
   const drain = async (run: () => Promise<{ rowCount: number }>) => {
-    if (!stopped()) deleted += await inBatches(policy.batchSize, MAX_BATCHES_PER_PASS, run, stopped);
+    deleted += await inBatches(policy.batchSize, MAX_BATCHES_PER_PASS, run, stopped);
   };
   await drain(() => driver.run(queries.pruneByAge, [['completed', 'cancelled'], policy.completedAgeMs, policy.batchSize]));
   await drain(() => driver.run(queries.pruneByAge, [['dead'], policy.deadAgeMs, policy.batchSize]));
