@@ -1,8 +1,8 @@
 /**
  * Where the end-to-end lag goes: events published one per transaction at RATE
  * for SECONDS through BROKER (or INTERNAL=1: the internal fan-out), then per
- * event, from the database's clock: outbox commit -> job stored (relay,
- * broker, ingest) -> job completed (worker). Prints percentiles of each.
+ * event, from the database's clock (each a transaction's start): outbox commit -> job stored
+ * (relay, broker, ingest) -> job claimed -> job completed (worker). Prints percentiles of each.
  *
  *   npx tsx bench/brokers/lag-probe.ts   (env: BROKER=rabbitmq|nats|redis, INTERNAL=1, RATE, SECONDS, KEYS, PER_TX, RBATCH (the relay's batchSize; unset: its default), WPREFETCH (the group's worker prefetch, default 200), SOURCE_PREFETCH (the broker source's, default 500), SECONDLY=1 for each second's percentiles, MONITOR=1 for the relay's and the group's backlog each second, ROUNDS=1, KEEP=1)
  */
@@ -84,15 +84,20 @@ const c = new pg.Client(url);
 await c.connect();
 const { rows } = await c.query(`
   SELECT extract(epoch FROM j.created_at - o.created_at) * 1000 AS stored, extract(epoch FROM j.finished_at - j.created_at) * 1000 AS worked,
+         extract(epoch FROM j.started_at - j.created_at) * 1000 AS claimed,
          extract(epoch FROM o.created_at - min(o.created_at) OVER ()) AS second
     FROM mailroom.outbox o JOIN mailroom.jobs j ON j.payload->>'id' = o.id::text WHERE j.queue = 'consumer.bench'`);
 await c.end();
 const pct = (xs: number[], p: number) => { const s = [...xs].sort((a, b) => a - b); return s[Math.min(s.length - 1, Math.floor((p / 100) * s.length))]!.toFixed(1); };
 const stored = rows.map((r) => Number(r.stored));
 const worked = rows.filter((r) => r.worked !== null).map((r) => Number(r.worked));
+const claimed = rows.filter((r) => r.worked !== null).map((r) => Number(r.claimed));
+const ran = rows.filter((r) => r.worked !== null).map((r) => Number(r.worked) - Number(r.claimed));
 console.log(`${internal ? 'internal' : kind} at ${rate}/s, ${keys} keys: ${rows.length} jobs, ${worked.length} completed, ${handled} handled, ${rounds} relay deliveries`);
 console.log(`  commit -> stored as job: p50 ${pct(stored, 50)} p90 ${pct(stored, 90)} p99 ${pct(stored, 99)} ms`);
 console.log(`  stored -> completed:     p50 ${pct(worked, 50)} p90 ${pct(worked, 90)} p99 ${pct(worked, 99)} ms`);
+console.log(`    stored -> claimed (its last claim): p50 ${pct(claimed, 50)} p90 ${pct(claimed, 90)} p99 ${pct(claimed, 99)} ms`);
+console.log(`    claimed -> completed:               p50 ${pct(ran, 50)} p90 ${pct(ran, 90)} p99 ${pct(ran, 99)} ms`);
 if (process.env.SECONDLY) {
   for (let second = 0; second < Math.ceil(seconds); second++) {
     const these = rows.filter((r) => Math.floor(Number(r.second)) === second && r.worked !== null);
