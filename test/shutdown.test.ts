@@ -9,7 +9,7 @@
 import { after, describe, it } from 'node:test';
 import assert from 'node:assert/strict';
 import pg from 'pg';
-import { createMailroom, defineEvent, defineJob, type Mailroom } from '../src/index.ts';
+import { createMailroom, defineEvent, defineJob, type Mailroom, type RelayTarget } from '../src/index.ts';
 import { databaseUrl, uniqueSchema } from './helpers/databases.ts';
 
 const HELD_MS = 400;
@@ -38,12 +38,12 @@ async function blockedOn(client: pg.Client, schema: string, table: string, ms: n
   }
 }
 
-/** Takes `table` in ACCESS EXCLUSIVE mode in a transaction left open; the returned function commits it. */
-async function lockTable(schema: string, table: string): Promise<{ client: pg.Client; release: () => Promise<void> }> {
+/** Takes `table` in `mode` (default ACCESS EXCLUSIVE) in a transaction left open; the returned function commits it. */
+async function lockTable(schema: string, table: string, mode = 'ACCESS EXCLUSIVE'): Promise<{ client: pg.Client; release: () => Promise<void> }> {
   const client = new pg.Client({ connectionString: databaseUrl });
   await client.connect();
   await client.query('BEGIN');
-  await client.query(`LOCK TABLE "${schema}".${table} IN ACCESS EXCLUSIVE MODE`);
+  await client.query(`LOCK TABLE "${schema}".${table} IN ${mode} MODE`);
   return { client, release: async () => void (await client.query('COMMIT')) };
 }
 
@@ -101,5 +101,33 @@ describe('stopping waits for background passes in flight (PostgreSQL)', { skip: 
     await consumer.start();
     // The prune runs every second (a tenth of the retention, at least a second).
     await stopWaitsForPass(opened, 'inbox', () => consumer.stop());
+  });
+
+  it("a relay's stop waits for its background prune, which begins no more batches once stopping", async () => {
+    const opened = await openOwn({});
+    const { mailroom, schema } = opened;
+    schemas.push(schema);
+    const noted = defineEvent<{ n: number }>('shutdown.relayed', { version: 1 });
+    await mailroom.publishMany(noted, Array.from({ length: 2500 }, (_, n) => ({ n })));
+    const nowhere: RelayTarget = { name: 'nowhere', publish: async () => {} };
+    const relay = mailroom.relay({ to: [nowhere], internal: false, retention: '1ms', pollInterval: 50 });
+    let delivered = 0;
+    const all = new Promise<void>((resolve) => relay.on('delivered', ({ count }) => (delivered += count) >= 2500 && resolve()));
+    await relay.start();
+    await all;
+    // SHARE mode holds the prune's DELETE (three batches of 1,000 would empty the outbox) and lets the relay's reads on.
+    const lock = await lockTable(schema, 'outbox', 'SHARE');
+    clients.push(lock.client);
+    await blockedOn(lock.client, schema, 'outbox', 10_000);
+    let stopped = false;
+    const stopping = relay.stop().then(() => void (stopped = true));
+    await sleep(HELD_MS);
+    assert.equal(stopped, false, 'stop() resolved while the prune still waited for the lock');
+    await lock.release();
+    await stopping;
+    const { rows } = await lock.client.query(`SELECT count(*)::int AS n FROM "${schema}".outbox`);
+    assert.equal(rows[0].n, 1500, 'the prune finished the batch it was in (1,000 events) and began no other');
+    await mailroom.close();
+    assert.deepEqual(opened.errors.map((e) => (e instanceof Error ? e.message : String(e))), []);
   });
 });

@@ -304,9 +304,14 @@ export class Relay extends SafeEmitter<RelayEvents> {
    * const { events, parked } = await relay.prune();
    */
   async prune(): Promise<{ events: number; parked: number }> {
-    const events = await inBatches(PRUNE_BATCH, MAX_PRUNE_BATCHES, () => this.driver.run(this.outbox.prune, [this.options.retentionMs, PRUNE_BATCH]));
-    await this.driver.run(this.outbox.pruneKeys, [PRUNE_BATCH]);
-    const parked = await inBatches(PRUNE_BATCH, MAX_PRUNE_BATCHES, () => this.driver.run(this.outbox.pruneParked, [this.options.parkedRetentionMs, PRUNE_BATCH]));
+    return this.pruneOutbox(() => false);
+  }
+
+  /** A prune pass that begins no more batches once `stopped()` (the background pass, once the relay stops). */
+  private async pruneOutbox(stopped: () => boolean): Promise<{ events: number; parked: number }> {
+    const events = await inBatches(PRUNE_BATCH, MAX_PRUNE_BATCHES, () => this.driver.run(this.outbox.prune, [this.options.retentionMs, PRUNE_BATCH]), stopped);
+    if (!stopped()) await this.driver.run(this.outbox.pruneKeys, [PRUNE_BATCH]);
+    const parked = await inBatches(PRUNE_BATCH, MAX_PRUNE_BATCHES, () => this.driver.run(this.outbox.pruneParked, [this.options.parkedRetentionMs, PRUNE_BATCH]), stopped);
     if (events > 0 || parked > 0) this.emit('pruned', { events, parked });
     return { events, parked };
   }
@@ -608,7 +613,7 @@ export class Relay extends SafeEmitter<RelayEvents> {
 
   private async pruneInBackground(): Promise<void> {
     if (this.pruning || this.state !== 'running' || this.states.every((s) => s.token === null)) return;
-    this.pruning = this.prune()
+    this.pruning = this.pruneOutbox(() => this.state !== 'running')
       .catch((error: unknown) => this.report(error))
       .finally(() => (this.pruning = undefined));
   }
