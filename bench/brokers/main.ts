@@ -343,10 +343,10 @@ async function measureBroker({ config, kind, run }: BrokerTask): Promise<BrokerR
     );
   }
   const median = [...rounds].sort((a, b) => a.relayOfCeiling - b.relayOfCeiling)[Math.floor(rounds.length / 2)]!;
-  const c = { perSecond: Math.max(median.ceilingBeforePerSecond, median.ceilingAfterPerSecond) };
+  const ceiling = Math.max(median.ceilingBeforePerSecond, median.ceilingAfterPerSecond);
   const relay = median.relayPerSecond;
   const steady = median.relayAfterFirstBatchPerSecond;
-  if (rounds.length > 1) process.stderr.write(`  the median round: relay ${relay} events/s, ${(median.relayOfCeiling * 100).toFixed(0)} % of ${c.perSecond}\n`);
+  if (rounds.length > 1) process.stderr.write(`  the median round: relay ${relay} events/s, ${(median.relayOfCeiling * 100).toFixed(0)} % of ${ceiling}\n`);
   const lag: LagResult[] = [];
   for (const r of config.lagRates) {
     const rate = r === 'half' ? Math.round(relay / 2) : r;
@@ -365,12 +365,12 @@ async function measureBroker({ config, kind, run }: BrokerTask): Promise<BrokerR
   }
   const result: BrokerResult = {
     kind,
-    ceilingPerSecond: c.perSecond,
+    ceilingPerSecond: ceiling,
     ceilingRunsPerSecond: ceilings.map(Math.round),
     relayPerSecond: relay,
     relayOfCeiling: median.relayOfCeiling,
     relayAfterFirstBatchPerSecond: steady,
-    relayAfterFirstBatchOfCeiling: Math.round((steady / c.perSecond) * 1000) / 1000,
+    relayAfterFirstBatchOfCeiling: Math.round((steady / ceiling) * 1000) / 1000,
     rounds,
     lag,
   };

@@ -4,7 +4,9 @@
  * relay's messages. Used by main.ts, relay-alone.ts, lag-probe.ts and
  * ingest-alone.ts. SOURCE_PREFETCH sets the sources' prefetch (default 500).
  */
-import { connect as amqpConnect } from 'amqplib';
+import { connect as amqpConnect, type Channel } from 'amqplib';
+import type { JetStreamManager } from '@nats-io/jetstream';
+import type { Redis } from 'ioredis';
 import { defineEvent, toEnvelope, toWireMessage, type ConsumerSource, type RelayTarget } from '../../dist/index.js';
 import { rabbitmq, rabbitmqSource } from '../../dist/brokers/rabbitmq/index.js';
 import { nats, natsSource } from '../../dist/brokers/nats/index.js';
@@ -55,90 +57,78 @@ export async function checkHeld(setup: BrokerSetup, name: string, expected: numb
   if (held !== expected) throw new Error(`the broker holds ${held} messages after the run, expected ${expected}: the rate would count messages that did not arrive (or arrived twice)`);
 }
 
+/** Runs `fn` on a channel of a fresh AMQP connection, closed after. */
+async function withChannel<T>(url: string, fn: (channel: Channel) => Promise<T>): Promise<T> {
+  const c = await amqpConnect(url);
+  try {
+    return await fn(await c.createChannel());
+  } finally {
+    await c.close();
+  }
+}
+
+/** Runs `fn` with a JetStream manager on a fresh NATS connection, closed after. */
+async function withStreams<T>(url: string, fn: (jsm: JetStreamManager) => Promise<T>): Promise<T> {
+  const { connect } = await import('@nats-io/transport-node');
+  const { jetstreamManager } = await import('@nats-io/jetstream');
+  const nc = await connect({ servers: url });
+  try {
+    return await fn(await jetstreamManager(nc));
+  } finally {
+    await nc.close();
+  }
+}
+
+/** Runs `fn` with a fresh Redis client, disconnected after. */
+async function withRedis<T>(url: string, fn: (redis: Redis) => Promise<T>): Promise<T> {
+  const { Redis } = await import('ioredis');
+  const r = new Redis(url);
+  try {
+    return await fn(r);
+  } finally {
+    r.disconnect();
+  }
+}
+
 export function setups(urls: Record<Kind, string>): Record<Kind, BrokerSetup> {
   return {
     rabbitmq: {
       target: (name) => rabbitmq({ url: urls.rabbitmq, exchange: name }),
       source: (name) => rabbitmqSource({ url: urls.rabbitmq, queue: name, prefetch: Number(process.env.SOURCE_PREFETCH ?? 500), declare: { exchange: name, bindingKeys: ['#'] } }),
-      async prepare(name) {
-        const c = await amqpConnect(urls.rabbitmq);
-        const ch = await c.createChannel();
-        await ch.assertExchange(name, 'topic', { durable: true });
-        await ch.assertQueue(name, { durable: true, arguments: { 'x-queue-type': 'quorum' } });
-        await ch.bindQueue(name, name, '#');
-        await c.close();
-      },
-      async cleanup(name) {
-        const c = await amqpConnect(urls.rabbitmq);
-        const ch = await c.createChannel();
-        await ch.deleteQueue(name);
-        await ch.deleteExchange(name);
-        await c.close();
-      },
-      async held(name) {
-        const c = await amqpConnect(urls.rabbitmq);
-        try {
-          return (await (await c.createChannel()).checkQueue(name)).messageCount;
-        } finally {
-          await c.close();
-        }
-      },
+      prepare: (name) =>
+        withChannel(urls.rabbitmq, async (ch) => {
+          await ch.assertExchange(name, 'topic', { durable: true });
+          await ch.assertQueue(name, { durable: true, arguments: { 'x-queue-type': 'quorum' } });
+          await ch.bindQueue(name, name, '#');
+        }),
+      cleanup: (name) =>
+        withChannel(urls.rabbitmq, async (ch) => {
+          await ch.deleteQueue(name);
+          await ch.deleteExchange(name);
+        }),
+      held: (name) => withChannel(urls.rabbitmq, async (ch) => (await ch.checkQueue(name)).messageCount),
       ceiling: (messages) => rabbitmqCeiling({ url: urls.rabbitmq, messages, ...SAME_MESSAGES }),
     },
     nats: {
       target: (name) => nats({ url: urls.nats, stream: name }),
       source: (name) => natsSource({ url: urls.nats, stream: name, prefetch: Number(process.env.SOURCE_PREFETCH ?? 500), from: 'earliest' }),
-      async prepare(name) {
-        // The stream as the target declares it, made before a consumer looks for it.
-        const { connect } = await import('@nats-io/transport-node');
-        const { jetstreamManager } = await import('@nats-io/jetstream');
-        const nc = await connect({ servers: urls.nats });
-        await (await jetstreamManager(nc)).streams.add({ name, subjects: [`${name}.>`], duplicate_window: 120_000_000_000 }).catch(() => undefined);
-        await nc.close();
-      },
-      async cleanup(name) {
-        const { connect } = await import('@nats-io/transport-node');
-        const { jetstreamManager } = await import('@nats-io/jetstream');
-        const nc = await connect({ servers: urls.nats });
-        await (await jetstreamManager(nc)).streams.delete(name).catch(() => false);
-        await nc.close();
-      },
-      async held(name) {
-        const { connect } = await import('@nats-io/transport-node');
-        const { jetstreamManager } = await import('@nats-io/jetstream');
-        const nc = await connect({ servers: urls.nats });
-        try {
-          return (await (await jetstreamManager(nc)).streams.info(name)).state.messages;
-        } finally {
-          await nc.close();
-        }
-      },
+      // The stream as the target declares it, made before a consumer looks for it.
+      prepare: (name) => withStreams(urls.nats, async (jsm) => void (await jsm.streams.add({ name, subjects: [`${name}.>`], duplicate_window: 120_000_000_000 }).catch(() => undefined))),
+      cleanup: (name) => withStreams(urls.nats, async (jsm) => void (await jsm.streams.delete(name).catch(() => false))),
+      held: (name) => withStreams(urls.nats, async (jsm) => (await jsm.streams.info(name)).state.messages),
       ceiling: (messages) => natsCeiling({ url: urls.nats, messages, ...SAME_MESSAGES }),
     },
     redis: {
       target: (name) => redisStreams({ url: urls.redis, stream: name }),
       source: (name) => redisSource({ url: urls.redis, stream: name, prefetch: Number(process.env.SOURCE_PREFETCH ?? 500), from: 'earliest' }),
       async prepare() {},
-      async cleanup(name) {
-        const { Redis } = await import('ioredis');
-        const r = new Redis(urls.redis);
-        try {
+      cleanup: (name) =>
+        withRedis(urls.redis, async (r) => {
           const keys = await r.keys(`*${name}*`);
           // In slices: a run of 200,000 events leaves as many dedup keys, too many arguments for one call.
           for (let i = 0; i < keys.length; i += 1000) await r.del(...keys.slice(i, i + 1000));
-        } finally {
-          r.disconnect();
-        }
-      },
-      async held(name) {
-        const { Redis } = await import('ioredis');
-        const r = new Redis(urls.redis);
-        try {
-          return await r.xlen(name);
-        } finally {
-          r.disconnect();
-        }
-      },
+        }),
+      held: (name) => withRedis(urls.redis, (r) => r.xlen(name)),
       ceiling: (messages) => redisCeiling({ url: urls.redis, messages, ...SAME_MESSAGES }),
     },
   };

@@ -10,6 +10,7 @@ import { retryHorizonMs } from '../retention.ts';
 import { isSnooze } from '../snooze.ts';
 import { isCancel } from '../cancel.ts';
 import type { Driver, Transaction } from '../storage/driver.ts';
+import { PeriodicPass } from '../storage/periodic-pass.ts';
 import { inBatches } from '../storage/batches.ts';
 import type { FanOutQueries } from '../relay/fanout-queries.ts';
 import { fanOut, INTERNAL_TARGET } from '../relay/internal-target.ts';
@@ -67,10 +68,8 @@ export class Consumer extends SafeEmitter<ConsumerEvents> {
   private readonly ingest: SourceIngest | null;
   /** Whether the group's inbox holds an event, asked for many handlers at once. */
   private readonly lookup: InboxLookup;
-  private pruneTimer: NodeJS.Timeout | undefined;
-  /** The timer's prune in flight, which `stop` waits for (it ends after its current batch). */
-  private pruning: Promise<unknown> | undefined;
-  private pruneStopped = false;
+  /** The inbox prune in the background, while the group runs. */
+  private pruning: PeriodicPass | undefined;
   private started = false;
 
   /** @internal use `mailroom.consumer()` */
@@ -158,13 +157,8 @@ export class Consumer extends SafeEmitter<ConsumerEvents> {
     }
     if (this.options.maintenance !== false) {
       const every = Math.min(60_000, Math.max(1000, Math.floor(this.resolved.inboxRetentionMs / 10)));
-      this.pruneStopped = false;
-      this.pruneTimer = setInterval(() => {
-        this.pruning ??= this.pruneInbox(() => this.pruneStopped)
-          .catch((error: unknown) => this.report(error))
-          .finally(() => (this.pruning = undefined));
-      }, every);
-      this.pruneTimer.unref();
+      this.pruning = new PeriodicPass(every, (stopped) => this.pruneInbox(stopped), (error) => this.report(error));
+      this.pruning.start();
     }
   }
 
@@ -178,10 +172,7 @@ export class Consumer extends SafeEmitter<ConsumerEvents> {
    * await billing.stop({ timeout: '10s' });
    */
   async stop(options: { timeout?: Duration } = {}): Promise<void> {
-    if (this.pruneTimer) clearInterval(this.pruneTimer);
-    this.pruneTimer = undefined;
-    this.pruneStopped = true;
-    await this.pruning;
+    await this.pruning?.stop();
     await this.ingest?.stop();
     await this.worker.stop(options);
   }

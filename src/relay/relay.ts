@@ -4,6 +4,7 @@ import type { SafetyWarning } from '../brokers/safety.ts';
 import { MailroomError } from '../errors.ts';
 import type { OutboxQueries } from '../events/outbox-queries.ts';
 import type { Driver } from '../storage/driver.ts';
+import { PeriodicPass } from '../storage/periodic-pass.ts';
 import { inBatches } from '../storage/batches.ts';
 import { findHolder, type HeldBackBy } from './held-back.ts';
 import type { ResolvedRelayOptions } from './options.ts';
@@ -112,9 +113,10 @@ export class Relay extends SafeEmitter<RelayEvents> {
   private state: 'idle' | 'running' | 'stopping' | 'stopped' = 'idle';
   private loops: Promise<void>[] = [];
   private timers: NodeJS.Timeout[] = [];
-  private refreshing: Promise<unknown> | undefined;
+  /** The statistics refresh and the outbox prune in the background, while the relay runs. */
+  private readonly refreshing: PeriodicPass;
+  private readonly pruning: PeriodicPass;
   private unlisten: (() => Promise<void>) | undefined;
-  private pruning: Promise<unknown> | undefined;
   /** Asks publishers for a NOTIFY while this relay sleeps, and not while events keep coming (see WakeGate). */
   private readonly gate: WakeGate;
   /** Which outbox this is (`RelayContext.origin`), read once; undefined when the database does not say. */
@@ -135,7 +137,12 @@ export class Relay extends SafeEmitter<RelayEvents> {
   ) {
     super();
     this.id = options.id;
-    this.gate = new WakeGate(driver, wakeQueries, ['outbox'], this.id, options.pollMs, (error) => this.report(error));
+    const report = (error: unknown) => this.report(error);
+    this.gate = new WakeGate(driver, wakeQueries, ['outbox'], this.id, options.pollMs, report);
+    // Only a relay holding a lease prunes; each pass ends after its current batch once the relay stops.
+    const pruneEvery = Math.min(60_000, Math.max(1000, Math.floor(options.retentionMs / 10)));
+    this.pruning = new PeriodicPass(pruneEvery, (stopped) => (this.states.every((s) => s.token === null) ? Promise.resolve() : this.pruneOutbox(stopped)), report);
+    this.refreshing = new PeriodicPass(STATISTICS_INTERVAL_MS, () => this.refreshStatistics(), report);
     this.states = options.targets.map((target) => ({
       target,
       token: null,
@@ -178,13 +185,11 @@ export class Relay extends SafeEmitter<RelayEvents> {
     await this.startTargets();
     if (this.state !== 'running') return; // stopped meanwhile
     const renew = setInterval(() => void this.renewAll(), Math.max(50, Math.floor(this.options.leaseMs / 3)));
-    const prune = setInterval(() => void this.pruneInBackground(), Math.min(60_000, Math.max(1000, Math.floor(this.options.retentionMs / 10))));
-    const statistics = setInterval(() => void this.refreshInBackground(), STATISTICS_INTERVAL_MS);
     renew.unref();
-    prune.unref();
-    statistics.unref();
-    this.timers = [renew, prune, statistics];
-    this.refreshInBackground();
+    this.timers = [renew];
+    this.pruning.start();
+    this.refreshing.start();
+    this.refreshing.runNow();
     this.loops = this.states.map((s) => this.loop(s));
     void this.check().then(
       (warnings) => {
@@ -230,9 +235,10 @@ export class Relay extends SafeEmitter<RelayEvents> {
     const wasRunning = this.state === 'running';
     this.state = 'stopping';
     for (const t of this.timers) clearInterval(t);
+    const passes = Promise.all([this.pruning.stop(), this.refreshing.stop()]);
     for (const s of this.states) this.poke(s);
     await Promise.all(this.loops);
-    await this.pruning;
+    await passes;
     for (const s of this.states) {
       await s.busy; // a flush() in flight
       await this.dropReadAhead(s);
@@ -602,20 +608,6 @@ export class Relay extends SafeEmitter<RelayEvents> {
       }
     }
     return 'held-back';
-  }
-
-  private refreshInBackground(): void {
-    if (this.refreshing || this.state !== 'running') return;
-    this.refreshing = this.refreshStatistics()
-      .catch((error: unknown) => this.report(error))
-      .finally(() => (this.refreshing = undefined));
-  }
-
-  private async pruneInBackground(): Promise<void> {
-    if (this.pruning || this.state !== 'running' || this.states.every((s) => s.token === null)) return;
-    this.pruning = this.pruneOutbox(() => this.state !== 'running')
-      .catch((error: unknown) => this.report(error))
-      .finally(() => (this.pruning = undefined));
   }
 
   /**

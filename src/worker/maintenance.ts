@@ -3,6 +3,7 @@ import type { Driver } from '../storage/driver.ts';
 import type { RetentionQueries } from '../jobs/retention-queries.ts';
 import { prune, type RetentionPolicy } from '../retention.ts';
 import type { AnalyzedTable } from '../storage/statistics.ts';
+import { PeriodicPass } from '../storage/periodic-pass.ts';
 
 const RESCUE_BATCH = 500;
 
@@ -31,25 +32,24 @@ export const LEASE_EXPIRED_MESSAGE = 'lease expired: the worker stopped renewing
  * run in many processes at once.
  */
 export class Maintenance {
-  private timer: NodeJS.Timeout | undefined;
-  private pruneTimer: NodeJS.Timeout | undefined;
-  private running: Promise<unknown> | undefined;
-  private pruning: Promise<unknown> | undefined;
+  private readonly rescuing: PeriodicPass;
+  private readonly pruning: PeriodicPass;
   private users = 0;
-  /** Set when the last user stops: the loop's pass in flight ends after its current batch (a pass called directly runs on). */
-  private stopped = false;
 
   constructor(
     private readonly driver: Driver,
     private readonly queries: JobQueries,
     private readonly retentionQueries: RetentionQueries,
     private readonly retention: RetentionPolicy,
-    private readonly intervalMs: number,
-    private readonly onError: (error: unknown) => void,
+    intervalMs: number,
+    onError: (error: unknown) => void,
     private readonly onRescued: (job: RescuedJob) => void = () => {},
     /** Analyzes the tables whose statistics fell behind (src/storage/statistics.ts). */
     private readonly refreshStatistics: () => Promise<AnalyzedTable[]> = async () => [],
-  ) {}
+  ) {
+    this.rescuing = new PeriodicPass(intervalMs, (stopped) => this.rescueExpired(stopped).then(() => (stopped() ? [] : this.analyzeStale())), onError);
+    this.pruning = new PeriodicPass(retention.intervalMs, (stopped) => this.prune(stopped), onError);
+  }
 
   /** One statistics pass: analyzes the tables that grew past twice the size their statistics recorded. */
   analyzeStale(): Promise<AnalyzedTable[]> {
@@ -75,41 +75,17 @@ export class Maintenance {
   /** Starts the periodic loop (reference-counted: one loop however many workers share it). */
   start(): void {
     this.users++;
-    this.stopped = false;
-    if (this.timer) return;
-    this.timer = setInterval(() => {
-      if (this.running) return;
-      const stopped = () => this.stopped;
-      this.running = this.rescueExpired(stopped)
-        .then(() => (stopped() ? [] : this.analyzeStale()))
-        .catch(this.onError)
-        .finally(() => (this.running = undefined));
-    }, this.intervalMs);
-    this.timer.unref();
-    this.pruneTimer = setInterval(() => {
-      if (this.pruning) return;
-      this.pruning = this.prune(() => this.stopped)
-        .catch(this.onError)
-        .finally(() => (this.pruning = undefined));
-    }, this.retention.intervalMs);
-    this.pruneTimer.unref();
+    this.rescuing.start();
+    this.pruning.start();
   }
 
   /**
    * Stops the loop when its last user stops, and resolves once a pass in
-   * flight has ended (after its current batch), so that closing the pool
-   * next cuts no pass off.
+   * flight has ended (after its current batch; a pass called directly runs on).
    */
   async stop(): Promise<void> {
     this.users = Math.max(0, this.users - 1);
     if (this.users > 0) return;
-    if (this.timer) {
-      clearInterval(this.timer);
-      clearInterval(this.pruneTimer);
-      this.timer = undefined;
-      this.pruneTimer = undefined;
-    }
-    this.stopped = true;
-    await Promise.all([this.running, this.pruning]);
+    await Promise.all([this.rescuing.stop(), this.pruning.stop()]);
   }
 }
