@@ -231,13 +231,11 @@ for (const fixture of FIXTURES) {
       assert.equal(rejected, 1);
     });
 
-    it('a consumer SIGKILLed after storing a batch and before acking it causes no second effect', async (tc) => {
+    it('a consumer SIGKILLed after storing a batch (its jobs handed to its own worker) and before acking it causes no second effect', async (tc) => {
       const s = await setUp(tc, fixture);
       // The group's source exists before the events are published (sources start at 'now').
       const warm = await s.startConsumer();
       await warm.stop();
-      const ids = await publishSpread(s.t, 3, 10);
-      await s.relay.start();
       const config: BrokerConsumerConfig = {
         kind, pair: s.pair.describe(), url: databaseUrl!, schema: s.t.schema, group: 'suite', type: noted.type, killAfterIngest: true,
       };
@@ -245,10 +243,19 @@ for (const fixture of FIXTURES) {
       let output = '';
       child.stdout.on('data', (d: Buffer) => (output += d.toString()));
       child.stderr.on('data', (d: Buffer) => (output += d.toString()));
-      const signal = await new Promise<NodeJS.Signals | null>((resolve) => child.on('exit', (_code, sig) => resolve(sig)));
-      assert.equal(signal, 'SIGKILL', `the child kills itself after its first stored batch; its output:\n${output}`);
-      const stored = output.split('\n').filter((l) => l.startsWith('{')).map((l) => JSON.parse(l) as { event: string; stored?: number }).find((l) => l.event === 'ingested');
+      const exited = new Promise<NodeJS.Signals | null>((resolve) => child.on('exit', (_code, sig) => resolve(sig)));
+      // The events come once the child's consumer is running (its worker idle, so it takes a hand-off).
+      const ready = Date.now();
+      while (!output.includes('"ready"') && child.exitCode === null && Date.now() - ready < 30_000) await new Promise((r) => setTimeout(r, 20));
+      const ids = await publishSpread(s.t, 3, 10);
+      await s.relay.start();
+      // A child that never kills itself is stopped (SIGTERM: a clean exit), and the test fails below rather than hanging.
+      const limit = setTimeout(() => child.kill('SIGTERM'), 30_000);
+      const signal = await exited.finally(() => clearTimeout(limit));
+      assert.equal(signal, 'SIGKILL', `the child kills itself after a stored batch with jobs handed to its worker; its output:\n${output}`);
+      const stored = output.split('\n').filter((l) => l.startsWith('{')).map((l) => JSON.parse(l) as { event: string; stored?: number; handed?: number }).filter((l) => l.event === 'ingested').at(-1);
       assert.ok(stored?.stored && stored.stored > 0, 'the child stored a batch before it died');
+      assert.ok(stored.handed && stored.handed > 0, 'jobs of that batch were handed to the killed worker: they wait for their lease to run out');
       await s.startConsumer();
       const seen = await s.waitForEffects(ids.length, 45_000);
       await new Promise((r) => setTimeout(r, 500));

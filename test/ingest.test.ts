@@ -47,6 +47,14 @@ async function shippingGroup(t: TestMailroom, options: { maxMessageBytes?: numbe
   return { source, consumer, ingested };
 }
 
+/** Resolves once `done()` holds; fails after 15 s. */
+async function until(done: () => boolean): Promise<void> {
+  for (let waited = 0; !done(); waited += 10) {
+    if (waited > 15_000) throw new Error('timed out after 15 s');
+    await new Promise((r) => setTimeout(r, 10));
+  }
+}
+
 async function jobsOf(t: TestMailroom) {
   return t.sql<{ id: string; type: string; state: string; dead_reason: string | null; last_error: { category: string; message: string } | null; payload: Record<string, unknown> }>(
     `SELECT id, type, state, dead_reason, last_error, payload FROM "${t.schema}".jobs WHERE queue = 'consumer.shipping' ORDER BY created_at, id`,
@@ -141,6 +149,134 @@ for (const db of testDatabases()) {
       }
       assert.deepEqual(ran.filter((o) => o.startsWith('a')), ['a1', 'a2', 'a3']);
       assert.deepEqual(ran.filter((o) => o.startsWith('b')), ['b1', 'b2']);
+      await consumer.stop();
+    });
+
+    it('hands a batch to the group\'s idle worker up to its free room: those jobs are stored claimed by it and run without a claim; a key\'s later job and the rest wait in the queue', async () => {
+      const t = await db.open();
+      const source = scriptedSource('warehouse');
+      let release: () => void = () => {};
+      const gate = new Promise<void>((r) => (release = r));
+      const ran: string[] = [];
+      const consumer = t.mailroom.consumer({
+        group: 'shipping',
+        source,
+        concurrency: 3,
+        pollInterval: 20,
+        handlers: { [shipped.type]: handleEvent(shipped, async (event) => { ran.push(event.data.order); if (event.data.order !== 'warm') await gate; }) },
+      });
+      const ingested: IngestedInfo[] = [];
+      consumer.on('ingested', (info) => ingested.push(info));
+      await consumer.start();
+      // Once a job has run, the worker's last claim found its queue empty.
+      const warm = waitForEvents(consumer.worker, 'completed', 1);
+      assert.equal(await source.push(foreignEvent('order-warm', { order: 'warm' })), 'ack');
+      await warm;
+      // m1 is a batch of its own (stored as it arrives); m2-m5 gather behind it: room for two more there.
+      const started = waitForEvents(consumer.worker, 'started', 3);
+      const batch = [['m1', null], ['m2', 'a'], ['m3', 'a'], ['m4', null], ['m5', null]] as const;
+      const acks = batch.map(([order, key]) => source.push(foreignEvent(`order-${order}`, { order }, key === null ? {} : { partitionkey: key })));
+      assert.deepEqual(await Promise.all(acks), batch.map(() => 'ack'));
+      await started;
+      const rows = () =>
+        t.sql<{ order: string; state: string; attempt: number; claim_count: number; locked_by: string | null; blocked: boolean; unclaimed: boolean }>(
+          `SELECT payload->'data'->>'order' AS order, state, attempt, claim_count, locked_by, blocked, started_at = created_at AS unclaimed
+             FROM "${t.schema}".jobs WHERE payload->'data'->>'order' <> 'warm' ORDER BY 1`,
+        );
+      const handed = { state: 'active', attempt: 1, claim_count: 1, locked_by: consumer.worker.id, blocked: false, unclaimed: true };
+      const queued = { state: 'available', attempt: 0, claim_count: 0, locked_by: null, unclaimed: null };
+      assert.deepEqual(
+        (await rows()).map(({ order, ...row }) => [order, row]),
+        [
+          ['m1', handed],
+          ['m2', handed],
+          ['m3', { ...queued, blocked: true }],
+          ['m4', handed],
+          ['m5', { ...queued, blocked: false }],
+        ],
+        'm1, then m2 and m4 (m3 is behind m2, its key\'s job) were stored claimed by the worker, as it had room for; m5 waits',
+      );
+      assert.deepEqual(ingested.slice(-2).map((i) => [i.stored, i.handed]), [[1, 1], [4, 2]]);
+      await until(() => ran.length === 4);
+      assert.deepEqual(ran.slice(1).sort(), ['m1', 'm2', 'm4'], 'the handed jobs run at once');
+      release();
+      for (let waited = 0; ; waited += 20) {
+        const states = (await rows()).map((r) => r.state);
+        if (states.every((s) => s === 'completed')) break;
+        assert.ok(waited < 15_000, `not all completed after 15 s: ${states.join(', ')}`);
+        await new Promise((r) => setTimeout(r, 20));
+      }
+      const final = await rows();
+      assert.deepEqual(final.map((r) => [r.order, r.claim_count, r.unclaimed]), [['m1', 1, true], ['m2', 1, true], ['m3', 1, false], ['m4', 1, true], ['m5', 1, false]], 'the waiting ones were claimed');
+      assert.deepEqual(ran.slice(1).sort(), ['m1', 'm2', 'm3', 'm4', 'm5'], 'each ran once');
+      assert.ok(ran.indexOf('m3') > ran.indexOf('m2'), 'm3 after m2, its key\'s job before it');
+      await consumer.stop();
+    });
+
+    it('a batch is not handed past jobs waiting in the queue: those are claimed first', async () => {
+      const t = await db.open();
+      const source = scriptedSource('warehouse');
+      const gates = new Map<string, () => void>();
+      const ran: string[] = [];
+      const consumer = t.mailroom.consumer({
+        group: 'shipping',
+        source,
+        concurrency: 1,
+        // No poll in the test's time: only the worker's own reasons to claim (a stored batch, a finished job).
+        pollInterval: 60_000,
+        handlers: {
+          [shipped.type]: handleEvent(shipped, async (event) => {
+            ran.push(event.data.order);
+            if (event.data.order !== 'warm') await new Promise<void>((r) => gates.set(event.data.order, r));
+          }),
+        },
+      });
+      const ingested: IngestedInfo[] = [];
+      consumer.on('ingested', (info) => ingested.push(info));
+      await consumer.start();
+      const warm = waitForEvents(consumer.worker, 'completed', 1);
+      assert.equal(await source.push(foreignEvent('order-warm', { order: 'warm' })), 'ack');
+      await warm;
+      // p1 is handed (room for one); p2 and p3 are stored waiting.
+      const p1Started = waitForEvents(consumer.worker, 'started', 1);
+      assert.deepEqual(await Promise.all(['p1', 'p2', 'p3'].map((order) => source.push(foreignEvent(`order-${order}`, { order })))), ['ack', 'ack', 'ack']);
+      await p1Started;
+      assert.deepEqual(ingested.slice(-2).map((i) => [i.stored, i.handed]), [[1, 1], [2, 0]]);
+      const p1Done = waitForEvents(consumer.worker, 'completed', 1);
+      await until(() => gates.has('p1'));
+      gates.get('p1')!();
+      await p1Done;
+      // The worker has room again, and p2 and p3 wait: q1 goes behind them.
+      assert.equal(await source.push(foreignEvent('order-q1', { order: 'q1' })), 'ack');
+      assert.equal(ingested.at(-1)?.handed, 0, 'q1 was not handed past p2 and p3');
+      const rest = waitForEvents(consumer.worker, 'completed', 3);
+      const opener = setInterval(() => {
+        for (const [order, open] of gates) {
+          gates.delete(order);
+          open();
+        }
+      }, 10);
+      await rest.finally(() => clearInterval(opener));
+      assert.deepEqual(ran, ['warm', 'p1', ...ran.slice(2, 4), 'q1']);
+      assert.deepEqual(ran.slice(2, 4).sort(), ['p2', 'p3']);
+      await consumer.stop();
+    });
+
+    it('hands nothing to a worker whose queue has shared limits: each start is counted by the limits\' own claim', async () => {
+      const t = await db.open();
+      const source = scriptedSource('warehouse');
+      const consumer = t.mailroom.consumer({ group: 'shipping', source, pollInterval: 20, rateLimit: { max: 1000, per: '1s' }, handlers: { [shipped.type]: async () => {} } });
+      const ingested: IngestedInfo[] = [];
+      consumer.on('ingested', (info) => ingested.push(info));
+      await consumer.start();
+      for (let round = 0; round < 3; round++) {
+        const done = waitForEvents(consumer.worker, 'completed', 2);
+        assert.deepEqual(await Promise.all([0, 1].map((i) => source.push(foreignEvent(`order-${round}-${i}`, { order: `${round}-${i}` })))), ['ack', 'ack']);
+        await done;
+      }
+      assert.equal(ingested.reduce((n, i) => n + i.handed, 0), 0);
+      const [{ claimed }] = (await t.sql<{ claimed: number }>(`SELECT count(*) FILTER (WHERE started_at > created_at)::int AS claimed FROM "${t.schema}".jobs`)) as [{ claimed: number }];
+      assert.equal(claimed, 6, 'every job was claimed');
       await consumer.stop();
     });
 
@@ -287,7 +423,7 @@ for (const db of testDatabases()) {
       const [stored] = (await session.query<{ id: string }>(`SELECT id FROM ${jobs} LIMIT 1`)).rows;
       const ids = [stored!.id, ...Array.from({ length: 199 }, () => crypto.randomUUID())];
       const envelope = JSON.stringify({ specversion: '1.0', id: 'e', type: 'x.y', data: { n: 1 } });
-      const args = [sqlArray(ids), sqlArray(ids.map(() => 'x.y')), sqlArray(ids.map((_, i) => `k${i}`)), sqlArray(ids.map(() => null)), sqlArray(ids.map(() => envelope)), "'consumer.g'", '5', 'NULL'].join(', ');
+      const args = [sqlArray(ids), sqlArray(ids.map(() => 'x.y')), sqlArray(ids.map((_, i) => `k${i}`)), sqlArray(ids.map(() => null)), sqlArray(ids.map(() => envelope)), "'consumer.g'", '5', 'NULL', '10', '30000', "'w'"].join(', ');
       const { text } = ingestQueries(`"${t.schema}"`).storeEvents;
       for (const mode of PLAN_MODES) {
         await session.query('BEGIN');
@@ -296,7 +432,7 @@ for (const db of testDatabases()) {
         assert.match(plan, /Tuples Inserted: 199\b/, `${mode}: the message already stored is skipped, the others stored:\n${plan}`);
         // Before: a hash anti-join over every job of the table (all 20,010 rows) for each batch.
         assert.doesNotMatch(plan, /Seq Scan on jobs|Hash/, `${mode}:\n${plan}`);
-        assert.match(plan, /Index (Only )?Scan using jobs_pkey on jobs j .*loops=200\)/, `${mode}: one primary-key probe per message:\n${plan}`);
+        assert.match(plan, /Index (Only )?Scan using jobs_pkey on jobs k .*loops=200\)/, `${mode}: one primary-key probe per message:\n${plan}`);
       }
     });
   });

@@ -114,6 +114,7 @@ export class Consumer extends SafeEmitter<ConsumerEvents> {
             maxMessageBytes: this.resolved.maxMessageBytes,
             handlerTimeoutMs: this.resolved.timeoutMs,
             storedBy: `${this.worker.id}/ingest`,
+            handOff: this.worker,
             onIngested: (info) => this.emit('ingested', info),
             onWarning: (warning) => this.warn(warning),
             report: (error) => this.report(error),

@@ -1,6 +1,15 @@
 import type { NamedQuery } from '../storage/driver.ts';
 import { namedQueries } from '../storage/named.ts';
-import { BEHIND_IN_BATCH, lockQueueKeys, orderingValues } from '../jobs/ordering-sql.ts';
+import { BEHIND_IN_BATCH, blockedValue, lockQueueKeys, orderingSeq } from '../jobs/ordering-sql.ts';
+
+/**
+ * What the ingest returns of each stored job: its id, and for a job handed to the worker
+ * (`state = 'active'`) the columns a claim returns (ClaimedRow), payload included; the others'
+ * payload is left out.
+ */
+const HANDED_RETURNING = `j.id, j.state = 'active' AS handed, j.queue, j.type, CASE WHEN j.state = 'active' THEN j.payload END AS payload,
+    j.attempt, j.max_attempts, j.claim_count, j.priority, j.correlation_id, j.created_at, j.expires_at, j.traceparent,
+    j.ordering_key, j.ordering_seq::text AS ordering_seq, j.blocked`;
 
 /** Statements that store broker messages for a consumer group, for one quoted schema. Every value is a bind parameter. */
 export interface IngestQueries {
@@ -19,34 +28,45 @@ export function ingestQueries(quotedSchema: string): IngestQueries {
     // committed before the locks were granted.
     lockKeys: q('ingest_lock_keys', lockQueueKeys(s, '$2', '$1')),
     // $1 job ids, $2 types, $3 keys, $4 correlation ids, $5 envelopes (json text), $6 queue,
-    // $7 max attempts, $8 max age ms (null: none). The statement does the ordering trigger's work
-    // itself, set-wise, with the keys locked by `lockKeys`: a key's jobs get their ordering_seq in
-    // delivery order, and are blocked behind an earlier one of the batch or a stored job that
-    // keeps the key. A redelivery of a stored event is left out first (before it counts as an
-    // earlier job of its key, and before it reaches ON CONFLICT, where it would wait for a
-    // completion of that job in flight, which waits for the key's lock this transaction holds: a
-    // deadlock); one racing the first delivery conflicts on the id. That check probes the primary
-    // key per message whatever the statistics say (a LATERAL subquery with LIMIT cannot become a
-    // join): as `NOT EXISTS`, on statistics taken while the table was small, it hashed every job
-    // of the table, completed history included, for each batch (44 ms for 200 messages at 20,000
-    // jobs, growing with the table; 7 ms probing). The envelope is parsed once per row (`OFFSET 0`:
-    // pulled up into the select list, it was parsed for the payload and again for traceparent).
+    // $7 max attempts, $8 max age ms (null: none), $9 jobs to hand to the group's worker, $10 their
+    // lease ms, $11 that worker's id. The statement does the ordering trigger's work itself,
+    // set-wise, with the keys locked by `lockKeys`: a key's jobs get their ordering_seq in delivery
+    // order, and are blocked behind an earlier one of the batch or a stored job that keeps the key.
+    // The first $9 jobs that are not blocked are inserted already claimed by the worker (the claim's
+    // columns, attempt 1, its lease), and returned with what a claim returns: the worker runs them
+    // without claiming them again (see Worker.reserveHandOff). A redelivery of a stored event is
+    // left out first (before it counts as an earlier job of its key, and before it reaches ON
+    // CONFLICT, where it would wait for a completion of that job in flight, which waits for the
+    // key's lock this transaction holds: a deadlock); one racing the first delivery conflicts on the
+    // id. That check probes the primary key per message whatever the statistics say (a LATERAL
+    // subquery with LIMIT cannot become a join): as `NOT EXISTS`, on statistics taken while the
+    // table was small, it hashed every job of the table, completed history included, for each batch
+    // (44 ms for 200 messages at 20,000 jobs, growing with the table; 7 ms probing). The envelope is
+    // parsed once per row (`OFFSET 0`: pulled up into the select list, it was parsed for the payload
+    // and again for traceparent).
     storeEvents: q(
       'ingest_events',
-      `INSERT INTO ${s}.jobs (id, queue, type, state, max_attempts, correlation_id, expires_at, payload, ordering_key, traceparent, ordering_seq, blocked)
-       SELECT c.id, c.queue, c.type, 'available', $7::int, c.correlation_id,
-              now() + $8::bigint * interval '1 millisecond', d.doc, c.key, d.doc->>'traceparent',
-              ${orderingValues(s, 'c')}
-         FROM (SELECT x.*, ${BEHIND_IN_BATCH('x.queue', 'x.key', 'x.ord')} AS behind
-                 FROM (SELECT e.id, $6::text AS queue, e.type, e.key, e.correlation_id, e.envelope, e.ord
-                         FROM unnest($1::uuid[], $2::text[], $3::text[], $4::text[], $5::text[])
-                              WITH ORDINALITY AS e(id, type, key, correlation_id, envelope, ord)
-                         LEFT JOIN LATERAL (SELECT true AS stored FROM ${s}.jobs AS j WHERE j.id = e.id LIMIT 1) AS known ON true
-                        WHERE known.stored IS NULL) AS x) AS c
-        CROSS JOIN LATERAL (SELECT c.envelope::jsonb AS doc OFFSET 0) AS d
-        ORDER BY c.key NULLS FIRST, c.ord
+      `INSERT INTO ${s}.jobs AS j (id, queue, type, state, attempt, claim_count, locked_until, locked_by, started_at, max_attempts,
+                                  correlation_id, expires_at, payload, ordering_key, traceparent, ordering_seq, blocked)
+       SELECT h.id, h.queue, h.type, CASE WHEN h.handed THEN 'active' ELSE 'available' END, h.handed::int, h.handed::int,
+              CASE WHEN h.handed THEN now() + $10::bigint * interval '1 millisecond' END,
+              CASE WHEN h.handed THEN $11::text END,
+              CASE WHEN h.handed THEN now() END,
+              $7::int, h.correlation_id,
+              now() + $8::bigint * interval '1 millisecond', d.doc, h.key, d.doc->>'traceparent',
+              ${orderingSeq(s, 'h')}, h.blocked
+         FROM (SELECT b.*, NOT b.blocked AND count(*) FILTER (WHERE NOT b.blocked) OVER (ORDER BY b.ord) <= $9::int AS handed
+                 FROM (SELECT c.*, ${blockedValue(s, 'c')} AS blocked
+                         FROM (SELECT x.*, ${BEHIND_IN_BATCH('x.queue', 'x.key', 'x.ord')} AS behind
+                                 FROM (SELECT e.id, $6::text AS queue, e.type, e.key, e.correlation_id, e.envelope, e.ord
+                                         FROM unnest($1::uuid[], $2::text[], $3::text[], $4::text[], $5::text[])
+                                              WITH ORDINALITY AS e(id, type, key, correlation_id, envelope, ord)
+                                         LEFT JOIN LATERAL (SELECT true AS stored FROM ${s}.jobs AS k WHERE k.id = e.id LIMIT 1) AS known ON true
+                                        WHERE known.stored IS NULL) AS x) AS c) AS b) AS h
+        CROSS JOIN LATERAL (SELECT h.envelope::jsonb AS doc OFFSET 0) AS d
+        ORDER BY h.key NULLS FIRST, h.ord
        ON CONFLICT (id) DO NOTHING
-       RETURNING id`,
+       RETURNING ${HANDED_RETURNING}`,
     ),
     // $1 job ids, $2 types, $3 categories, $4 messages, $5 payloads (json text), $6 correlation ids,
     // $7 queue, $8 who stored them. Dead at once, with the reason in the job's error history.

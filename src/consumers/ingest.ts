@@ -16,6 +16,8 @@ import { isConcurrencyConflict } from '../storage/conflicts.ts';
 import { startBatchSpan } from '../observe/tracing.ts';
 import { decodeMessage, type DecodedDeadLetter, type DecodedEvent, type DecodedMessage, INVALID_MESSAGE_TYPE } from './decode-message.ts';
 import type { IngestQueries } from './ingest-queries.ts';
+import type { ClaimedRow } from '../worker/types.ts';
+import type { HandOffRoom } from '../worker/worker.ts';
 
 /** What one stored batch did. */
 export interface IngestedInfo {
@@ -24,11 +26,22 @@ export interface IngestedInfo {
   messages: number;
   /** New jobs of the group. */
   stored: number;
+  /** Of those, jobs handed straight to the group's worker in this process (stored as claimed by it). */
+  handed: number;
   /** Redeliveries of events already stored (no new job). */
   duplicates: number;
   /** Messages dead-lettered as `validation` or `unknown-type`. */
   deadLettered: number;
 }
+
+/** The part of the group's worker that a batch's jobs can be handed to. */
+export interface HandOff {
+  reserveHandOff(queue: string, max: number): HandOffRoom | null;
+  adopt(rows: readonly ClaimedRow[], reserved: number, waiting: number): void;
+}
+
+/** A stored job as the ingest statement returns it: `handed` ones carry what a claim returns. */
+type StoredJob = ClaimedRow & { handed: boolean };
 
 /** What an ingest needs from its consumer. */
 export interface IngestDeps {
@@ -43,6 +56,8 @@ export interface IngestDeps {
   handlerTimeoutMs: number | null;
   /** Who stores (recorded with dead letters). */
   storedBy: string;
+  /** The group's worker in this process, which takes jobs straight from a batch when it has room (see Worker.reserveHandOff). */
+  handOff: HandOff;
   /** After the commit, before the acks. */
   onIngested(info: IngestedInfo): void;
   onWarning(warning: SafetyWarning): void;
@@ -174,11 +189,12 @@ export class SourceIngest {
         const refused = refusedByDatabase(batch[0]!, decoded[0]!, error);
         return await this.store([refused]);
       }
-      const total: IngestedInfo = { group: this.deps.group, messages: 0, stored: 0, duplicates: 0, deadLettered: 0 };
+      const total: IngestedInfo = { group: this.deps.group, messages: 0, stored: 0, handed: 0, duplicates: 0, deadLettered: 0 };
       for (let i = 0; i < decoded.length; i++) {
         const one = await this.storeSplittingBadRows([batch[i]!], [decoded[i]!]);
         total.messages += one.messages;
         total.stored += one.stored;
+        total.handed += one.handed;
         total.duplicates += one.duplicates;
         total.deadLettered += one.deadLettered;
       }
@@ -186,42 +202,64 @@ export class SourceIngest {
     }
   }
 
+  /**
+   * Stores a batch in one transaction. Jobs that may start at once (not
+   * behind another job of their key), up to the room the group's worker has,
+   * are stored already claimed by it and handed to it after the commit.
+   */
   private async store(decoded: readonly DecodedMessage[]): Promise<IngestedInfo> {
     const events = decoded.filter((d): d is DecodedEvent => d.kind === 'event');
     const dead = decoded.filter((d): d is DecodedDeadLetter => d.kind === 'dead');
     const { deps } = this;
-    const stored = await deps.driver.transaction(async (tx) => {
-      let inserted = 0;
-      if (events.length > 0) {
-        const keys = events.map((e) => e.key);
-        if (keys.some((key) => key !== null)) await tx.query(deps.queries.lockKeys.text, [keys, deps.queue]);
-        const { rowCount } = await tx.query(deps.queries.storeEvents.text, [
-          events.map((e) => e.jobId),
-          events.map((e) => e.type),
-          keys,
-          events.map((e) => e.correlationId),
-          events.map((e) => e.json),
-          deps.queue,
-          deps.maxAttempts,
-          deps.maxAgeMs,
-        ]);
-        inserted = rowCount;
-      }
-      if (dead.length > 0) {
-        await tx.query(deps.queries.storeDeadLetters.text, [
-          dead.map((d) => d.jobId),
-          dead.map((d) => d.type),
-          dead.map((d) => d.category),
-          dead.map((d) => d.message),
-          dead.map((d) => d.json),
-          dead.map((d) => d.correlationId),
-          deps.queue,
-          deps.storedBy,
-        ]);
-      }
-      return inserted;
-    });
-    return { group: deps.group, messages: decoded.length, stored, duplicates: events.length - stored, deadLettered: dead.length };
+    const room = events.length > 0 ? deps.handOff.reserveHandOff(deps.queue, events.length) : null;
+    let handed: StoredJob[] = [];
+    let waiting = 0;
+    try {
+      const stored = await deps.driver.transaction(async (tx) => {
+        let inserted = 0;
+        if (events.length > 0) {
+          const keys = events.map((e) => e.key);
+          if (keys.some((key) => key !== null)) await tx.query(deps.queries.lockKeys.text, [keys, deps.queue]);
+          const { rows } = await tx.query<StoredJob>(deps.queries.storeEvents.text, [
+            events.map((e) => e.jobId),
+            events.map((e) => e.type),
+            keys,
+            events.map((e) => e.correlationId),
+            events.map((e) => e.json),
+            deps.queue,
+            deps.maxAttempts,
+            deps.maxAgeMs,
+            room?.jobs ?? 0,
+            room?.leaseMs ?? 0,
+            room?.workerId ?? null,
+          ]);
+          inserted = rows.length;
+          handed = rows.filter((row) => row.handed);
+          waiting = rows.filter((row) => !row.handed && !row.blocked).length;
+        }
+        if (dead.length > 0) {
+          await tx.query(deps.queries.storeDeadLetters.text, [
+            dead.map((d) => d.jobId),
+            dead.map((d) => d.type),
+            dead.map((d) => d.category),
+            dead.map((d) => d.message),
+            dead.map((d) => d.json),
+            dead.map((d) => d.correlationId),
+            deps.queue,
+            deps.storedBy,
+          ]);
+        }
+        return inserted;
+      });
+      return { group: deps.group, messages: decoded.length, stored, handed: handed.length, duplicates: events.length - stored, deadLettered: dead.length };
+    } catch (error) {
+      // Rolled back (or, if the commit's outcome was lost, the jobs are left to lease expiry).
+      handed = [];
+      waiting = 0;
+      throw error;
+    } finally {
+      deps.handOff.adopt(handed, room?.jobs ?? 0, waiting);
+    }
   }
 }
 

@@ -46,16 +46,31 @@ export const BEHIND_IN_BATCH = (queue: string, key: string, ord: string): string
   `${key} IS NOT NULL AND count(*) OVER (PARTITION BY ${queue}, ${key} ORDER BY ${ord} ROWS UNBOUNDED PRECEDING) > 1`;
 
 /**
- * The `ordering_seq` and `blocked` values of a row `c` with `queue`, `key` and
- * `behind` (BEHIND_IN_BATCH): a keyed row takes the next seq (nextval is
- * volatile, so it runs after the statement's sort: the batch's order) and is
- * blocked behind an earlier row of the batch or a stored job that keeps the
- * key. The probe is a scalar subquery with LIMIT, which cannot become a join
- * that reads the whole table on statistics taken while it was small.
+ * Whether a row `c` with `queue`, `key` and `behind` (BEHIND_IN_BATCH) is
+ * blocked: keyed, and behind an earlier row of the batch or a stored job that
+ * keeps the key. The probe is a scalar subquery with LIMIT, which cannot
+ * become a join that reads the whole table on statistics taken while it was small.
  */
-export function orderingValues(s: string, c: string): string {
-  return `CASE WHEN ${c}.key IS NOT NULL THEN nextval('${s}.jobs_ordering_seq') END,
-              ${c}.key IS NOT NULL AND (${c}.behind OR (SELECT true FROM ${s}.jobs AS held
+export function blockedValue(s: string, c: string): string {
+  return `${c}.key IS NOT NULL AND (${c}.behind OR (SELECT true FROM ${s}.jobs AS held
                                                          WHERE held.queue = ${c}.queue AND held.ordering_key = ${c}.key AND ${KEEPS_KEY('held')}
                                                          LIMIT 1) IS NOT NULL)`;
+}
+
+/**
+ * The `ordering_seq` of a row `c` with a `key`: a keyed row takes the next seq.
+ * nextval is volatile, so in the insert's own select list it runs after the
+ * statement's sort: the batch's order.
+ */
+export function orderingSeq(s: string, c: string): string {
+  return `CASE WHEN ${c}.key IS NOT NULL THEN nextval('${s}.jobs_ordering_seq') END`;
+}
+
+/**
+ * The `ordering_seq` and `blocked` values of a row `c` with `queue`, `key` and
+ * `behind` (see {@link orderingSeq} and {@link blockedValue}).
+ */
+export function orderingValues(s: string, c: string): string {
+  return `${orderingSeq(s, c)},
+              ${blockedValue(s, c)}`;
 }

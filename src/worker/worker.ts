@@ -47,6 +47,16 @@ export interface WorkerEvents {
   error: [error: unknown];
 }
 
+/** Room a worker reserved for a broker ingest's hand-off (see Worker.reserveHandOff). */
+export interface HandOffRoom {
+  /** Jobs the ingest may insert as claimed by the worker. */
+  jobs: number;
+  /** The lease to give them. */
+  leaseMs: number;
+  /** The worker to claim them for. */
+  workerId: string;
+}
+
 /** The event payload of a claimed job. */
 function refOf(row: ClaimedRow): JobEventRef {
   return { id: row.id, type: row.type, queue: row.queue, attempt: row.attempt, correlationId: row.correlation_id };
@@ -86,6 +96,10 @@ export class Worker extends SafeEmitter<WorkerEvents> {
   private nextQueue = 0;
   /** The last claim came back short: a finished handler alone is no reason to claim again (see finished). */
   private starved = false;
+  /** Room promised to a broker ingest's hand-off (reserveHandOff) and not yet filled by adopt. */
+  private handOffReserved = 0;
+  /** A hand-off's batch stored jobs that may start and were not handed, since the last claim began: claim those first. */
+  private waitingStored = false;
   private readonly controls: QueueControls;
   private readonly recordDeps: RecordDeps;
   private readonly executionDeps: ExecutionDeps;
@@ -249,18 +263,19 @@ export class Worker extends SafeEmitter<WorkerEvents> {
     while (this.state === 'running') {
       this.startBuffered();
       // Followers are held apart: they never take a slot from a head (another key) that could run now.
-      const free = this.concurrency + this.prefetch - this.running.size - this.buffer.size;
+      const free = this.freeRoom();
       // Jobs whose outcome is still being written hold their claims too. Up to two more full sets of them
       // is normal (a completion batch in flight and the next one filling); past that, completions are
       // falling behind: stop claiming until they catch up, so at most 3 x (concurrency + prefetch) jobs
       // are ever claimed at once. (A tighter bound cost 17 % of the drain rate at prefetch 1000.)
-      const behind = this.finishing.size >= 2 * (this.concurrency + this.prefetch);
+      const behind = this.completionsBehind();
       if (free <= 0 || behind || this.buffer.size > this.prefetch / 2) {
         await this.sleep(this.pollMs);
         continue;
       }
       let rows: ClaimedRow[];
       try {
+        this.waitingStored = false;
         rows = await this.claim(free);
         this.starved = rows.filter((r) => !r.blocked).length < free;
         errorDelay = 0;
@@ -285,6 +300,62 @@ export class Worker extends SafeEmitter<WorkerEvents> {
       if (this.starved) await this.sleep(await this.gate.idle());
       else await new Promise<void>((resolve) => setImmediate(resolve));
     }
+  }
+
+  /** Slots and prefetch not taken by running, held or promised jobs (followers are held apart). */
+  private freeRoom(): number {
+    return this.concurrency + this.prefetch - this.running.size - this.buffer.size - this.handOffReserved;
+  }
+
+  private completionsBehind(): boolean {
+    return this.finishing.size >= 2 * (this.concurrency + this.prefetch);
+  }
+
+  /**
+   * Room for jobs that a broker ingest inserts already claimed by this worker
+   * (their lease, this worker's id, attempt 1), so that they run without a
+   * claim of their own: up to `max` of the free slots and prefetch, reserved
+   * until {@link adopt}. None unless this worker is running, its last claim
+   * found nothing left to take in the queue (so a waiting job is never
+   * overtaken), and the queue has no shared limits (those count every start
+   * in their own claim).
+   *
+   * @example
+   * const room = worker.reserveHandOff('mailroom.group.billing', batch.length);
+   * // insert up to room?.jobs rows as claimed, commit, then:
+   * worker.adopt(handedRows, room?.jobs ?? 0, storedNotHanded);
+   */
+  reserveHandOff(queue: string, max: number): HandOffRoom | null {
+    if (this.state !== 'running' || !this.starved || this.waitingStored || !this.queues.includes(queue) || this.controls.limits(queue) || this.completionsBehind()) return null;
+    const jobs = Math.min(max, this.freeRoom());
+    if (jobs <= 0) return null;
+    this.handOffReserved += jobs;
+    return { jobs, leaseMs: this.leaseMs, workerId: this.id };
+  }
+
+  /**
+   * Takes the jobs a hand-off committed as claimed by this worker (see
+   * {@link reserveHandOff}) and gives back the room reserved for it. A worker
+   * that is stopping hands them back to the queue; an abandoned one leaves
+   * them to lease expiry, as a crash would. `waiting`: jobs the same batch
+   * stored that may start and were not handed (no room); the worker claims
+   * those before it takes another hand-off, so they are not overtaken.
+   */
+  adopt(rows: readonly ClaimedRow[], reserved: number, waiting: number): void {
+    this.handOffReserved = Math.max(0, this.handOffReserved - reserved);
+    if (waiting > 0) {
+      this.waitingStored = true;
+      this.starved = false;
+      this.poke();
+    }
+    if (this.abandoned || rows.length === 0) return;
+    if (this.state !== 'running') {
+      void this.release([...rows]);
+      return;
+    }
+    this.gate.worked();
+    this.buffer.push(rows);
+    this.startBuffered();
   }
 
   /** Starts buffered jobs while there are free slots. */
