@@ -47,6 +47,28 @@ async function shippingGroup(t: TestMailroom, options: { maxMessageBytes?: numbe
   return { source, consumer, ingested };
 }
 
+/**
+ * A group whose handler records each order it runs, holding those that `held` picks until
+ * `release()`; `ingested` collects the group's stored batches.
+ */
+async function gatedGroup(t: TestMailroom, held: (order: string) => boolean, options: { concurrency?: number } = {}) {
+  const source = scriptedSource('warehouse');
+  let release: () => void = () => {};
+  const gate = new Promise<void>((r) => (release = r));
+  const ran: string[] = [];
+  const consumer = t.mailroom.consumer({
+    group: 'shipping',
+    source,
+    pollInterval: 20,
+    ...options,
+    handlers: { [shipped.type]: handleEvent(shipped, async (event) => { ran.push(event.data.order); if (held(event.data.order)) await gate; }) },
+  });
+  const ingested: IngestedInfo[] = [];
+  consumer.on('ingested', (info) => ingested.push(info));
+  await consumer.start();
+  return { source, consumer, ran, ingested, release };
+}
+
 /** Resolves once `done()` holds; fails after 15 s. */
 async function until(done: () => boolean): Promise<void> {
   for (let waited = 0; !done(); waited += 10) {
@@ -107,18 +129,8 @@ for (const db of testDatabases()) {
 
     it('stores a batch\'s keyed messages with their key\'s order: each behind the one before it or a stored job of its key, a redelivery counting for nothing', async () => {
       const t = await db.open();
-      const source = scriptedSource('warehouse');
-      let release: () => void = () => {};
-      const gate = new Promise<void>((r) => (release = r));
-      const ran: string[] = [];
-      const consumer = t.mailroom.consumer({
-        group: 'shipping',
-        source,
-        pollInterval: 20,
-        // Jobs of keys a and b are held by their handlers until the gate opens; those of c run through.
-        handlers: { [shipped.type]: handleEvent(shipped, async (event) => { ran.push(event.data.order); if (!event.data.order.startsWith('c')) await gate; }) },
-      });
-      await consumer.start();
+      // Jobs of keys a and b are held by their handlers until release(); those of c run through.
+      const { source, consumer, ran, release } = await gatedGroup(t, (order) => !order.startsWith('c'));
       const keyed = (order: string) => foreignEvent(`order-${order}`, { order }, { subject: order[0], partitionkey: order[0] });
       // a1 is stored and held by its running handler; c1 is stored and completed.
       const started = waitForEvents(consumer.worker, 'started', 1);
@@ -154,20 +166,7 @@ for (const db of testDatabases()) {
 
     it('hands a batch to the group\'s idle worker up to its free room: those jobs are stored claimed by it and run without a claim; a key\'s later job and the rest wait in the queue', async () => {
       const t = await db.open();
-      const source = scriptedSource('warehouse');
-      let release: () => void = () => {};
-      const gate = new Promise<void>((r) => (release = r));
-      const ran: string[] = [];
-      const consumer = t.mailroom.consumer({
-        group: 'shipping',
-        source,
-        concurrency: 3,
-        pollInterval: 20,
-        handlers: { [shipped.type]: handleEvent(shipped, async (event) => { ran.push(event.data.order); if (event.data.order !== 'warm') await gate; }) },
-      });
-      const ingested: IngestedInfo[] = [];
-      consumer.on('ingested', (info) => ingested.push(info));
-      await consumer.start();
+      const { source, consumer, ran, ingested, release } = await gatedGroup(t, (order) => order !== 'warm', { concurrency: 3 });
       // Once a job has run, the worker's last claim found its queue empty.
       const warm = waitForEvents(consumer.worker, 'completed', 1);
       assert.equal(await source.push(foreignEvent('order-warm', { order: 'warm' })), 'ack');
