@@ -33,8 +33,9 @@ export function ingestQueries(quotedSchema: string): IngestQueries {
     // set-wise, with the keys locked by `lockKeys`: a key's jobs get their ordering_seq in delivery
     // order, and are blocked behind an earlier one of the batch or a stored job that keeps the key.
     // The first $9 jobs that are not blocked are inserted already claimed by the worker (the claim's
-    // columns, attempt 1, its lease), and returned with what a claim returns: the worker runs them
-    // without claiming them again (see Worker.reserveHandOff). A redelivery of a stored event is
+    // columns, attempt 1, its lease counted from the insert, after any wait for the keys' locks),
+    // and returned with what a claim returns: the worker runs them without claiming them again
+    // (see Worker.reserveHandOff). A redelivery of a stored event is
     // left out first (before it counts as an earlier job of its key, and before it reaches ON
     // CONFLICT, where it would wait for a completion of that job in flight, which waits for the
     // key's lock this transaction holds: a deadlock); one racing the first delivery conflicts on the
@@ -49,7 +50,7 @@ export function ingestQueries(quotedSchema: string): IngestQueries {
       `INSERT INTO ${s}.jobs AS j (id, queue, type, state, attempt, claim_count, locked_until, locked_by, started_at, max_attempts,
                                   correlation_id, expires_at, payload, ordering_key, traceparent, ordering_seq, blocked)
        SELECT h.id, h.queue, h.type, CASE WHEN h.handed THEN 'active' ELSE 'available' END, h.handed::int, h.handed::int,
-              CASE WHEN h.handed THEN now() + $10::bigint * interval '1 millisecond' END,
+              CASE WHEN h.handed THEN clock_timestamp() + $10::bigint * interval '1 millisecond' END,
               CASE WHEN h.handed THEN $11::text END,
               CASE WHEN h.handed THEN now() END,
               $7::int, h.correlation_id,
