@@ -9,6 +9,8 @@ import { after, describe, it } from 'node:test';
 import assert from 'node:assert/strict';
 import pg from 'pg';
 import { createMailroom, defineJob, type Job } from '../src/index.ts';
+import { CLAIM_RETURNING } from '../src/jobs/queries.ts';
+import type { ClaimedRow } from '../src/worker/types.ts';
 import { databaseUrl, testDatabases, uniqueSchema } from './helpers/databases.ts';
 import { waitForEvents } from './helpers/events.ts';
 
@@ -95,6 +97,47 @@ for (const db of testDatabases()) {
         releaseFirst();
         await worker.stop();
       }
+    });
+  });
+}
+
+for (const db of testDatabases()) {
+  describe(`jobs handed to a worker that stopped, on ${db.name}`, () => {
+    // A broker ingest's hand-off (test/ingest.test.ts) inserts jobs already claimed by the worker and
+    // hands them over after its commit; a worker that stopped meanwhile must not lose them.
+    it('a stopped worker hands them back to the queue with the attempt not spent; an abandoned one leaves them to lease expiry', async () => {
+      const t = await db.open();
+      const ran: string[] = [];
+      const handedTo = async (stop: (w: ReturnType<typeof t.mailroom.worker>) => Promise<void>) => {
+        const worker = t.mailroom.worker({ queues: ['handed'], handlers: { 'claims.handed': async (job: Job) => void ran.push(job.id) } });
+        await worker.start();
+        let room = worker.reserveHandOff('handed', 1);
+        for (let waited = 0; room === null; waited += 10) {
+          assert.ok(waited < 10_000, 'the idle worker offered no room in 10 s');
+          await new Promise((r) => setTimeout(r, 10)); // until its first claim found the queue empty
+          room = worker.reserveHandOff('handed', 1);
+        }
+        const [row] = await t.sql<ClaimedRow>(
+          `INSERT INTO "${t.schema}".jobs AS j (id, queue, type, state, attempt, claim_count, locked_until, locked_by, started_at, max_attempts, payload)
+           VALUES (gen_random_uuid(), 'handed', 'claims.handed', 'active', 1, 1, now() + interval '1 minute', $1, now(), 3, '{}')
+           RETURNING ${CLAIM_RETURNING}`,
+          [room.workerId],
+        );
+        await stop(worker);
+        worker.adopt([row!], room.jobs, 0);
+        return row!.id;
+      };
+      const state = async (id: string) => (await t.sql<{ state: string; attempt: number }>(`SELECT state, attempt FROM "${t.schema}".jobs WHERE id = $1`, [id]))[0]!;
+      const given = await handedTo((w) => w.stop());
+      for (let waited = 0; (await state(given)).state !== 'available'; waited += 10) {
+        assert.ok(waited < 10_000, `not handed back after 10 s: ${JSON.stringify(await state(given))}`);
+        await new Promise((r) => setTimeout(r, 10));
+      }
+      assert.deepEqual(await state(given), { state: 'available', attempt: 0 });
+      const left = await handedTo(async (w) => w.abandon());
+      await new Promise((r) => setTimeout(r, 200));
+      assert.equal((await state(left)).state, 'active', 'a crashed worker writes nothing: the lease runs out and the job is rescued');
+      assert.deepEqual(ran, [given], 'the job given back ran once, on the next worker; the one left leased did not run');
     });
   });
 }

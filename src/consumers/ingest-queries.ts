@@ -1,15 +1,13 @@
 import type { NamedQuery } from '../storage/driver.ts';
 import { namedQueries } from '../storage/named.ts';
+import { claimColumns } from '../jobs/queries.ts';
 import { BEHIND_IN_BATCH, blockedValue, lockQueueKeys, orderingSeq } from '../jobs/ordering-sql.ts';
 
 /**
- * What the ingest returns of each stored job: its id, and for a job handed to the worker
- * (`state = 'active'`) the columns a claim returns (ClaimedRow), payload included; the others'
- * payload is left out.
+ * What the ingest returns of each stored job: whether it was handed to the worker (`state =
+ * 'active'`), and the columns a claim returns, the payload only for a handed job.
  */
-const HANDED_RETURNING = `j.id, j.state = 'active' AS handed, j.queue, j.type, CASE WHEN j.state = 'active' THEN j.payload END AS payload,
-    j.attempt, j.max_attempts, j.claim_count, j.priority, j.correlation_id, j.created_at, j.expires_at, j.traceparent,
-    j.ordering_key, j.ordering_seq::text AS ordering_seq, j.blocked`;
+const HANDED_RETURNING = `j.state = 'active' AS handed, ${claimColumns("CASE WHEN j.state = 'active' THEN j.payload END AS payload")}`;
 
 /** Statements that store broker messages for a consumer group, for one quoted schema. Every value is a bind parameter. */
 export interface IngestQueries {
@@ -32,8 +30,8 @@ export function ingestQueries(quotedSchema: string): IngestQueries {
     // lease ms, $11 that worker's id. The statement does the ordering trigger's work itself,
     // set-wise, with the keys locked by `lockKeys`: a key's jobs get their ordering_seq in delivery
     // order, and are blocked behind an earlier one of the batch or a stored job that keeps the key.
-    // The first $9 jobs that are not blocked are inserted already claimed by the worker (the claim's
-    // columns, attempt 1, its lease counted from the insert, after any wait for the keys' locks),
+    // The first $9 jobs that are not blocked are inserted already claimed by the worker (what
+    // CLAIM_SET sets, for a first claim: attempt 1, its lease counted from the insert, after any wait for the keys' locks),
     // and returned with what a claim returns: the worker runs them without claiming them again
     // (see Worker.reserveHandOff). A redelivery of a stored event is
     // left out first (before it counts as an earlier job of its key, and before it reaches ON

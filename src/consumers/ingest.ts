@@ -212,15 +212,16 @@ export class SourceIngest {
     const dead = decoded.filter((d): d is DecodedDeadLetter => d.kind === 'dead');
     const { deps } = this;
     const room = events.length > 0 ? deps.handOff.reserveHandOff(deps.queue, events.length) : null;
+    // Filled once the transaction committed: what to hand to the worker, and how many stored jobs wait in the queue.
     let handed: StoredJob[] = [];
     let waiting = 0;
     try {
-      const stored = await deps.driver.transaction(async (tx) => {
-        let inserted = 0;
+      let rows: StoredJob[] = [];
+      await deps.driver.transaction(async (tx) => {
         if (events.length > 0) {
           const keys = events.map((e) => e.key);
           if (keys.some((key) => key !== null)) await tx.query(deps.queries.lockKeys.text, [keys, deps.queue]);
-          const { rows } = await tx.query<StoredJob>(deps.queries.storeEvents.text, [
+          ({ rows } = await tx.query<StoredJob>(deps.queries.storeEvents.text, [
             events.map((e) => e.jobId),
             events.map((e) => e.type),
             keys,
@@ -232,10 +233,7 @@ export class SourceIngest {
             room?.jobs ?? 0,
             room?.leaseMs ?? 0,
             room?.workerId ?? null,
-          ]);
-          inserted = rows.length;
-          handed = rows.filter((row) => row.handed);
-          waiting = rows.filter((row) => !row.handed && !row.blocked).length;
+          ]));
         }
         if (dead.length > 0) {
           await tx.query(deps.queries.storeDeadLetters.text, [
@@ -249,15 +247,13 @@ export class SourceIngest {
             deps.storedBy,
           ]);
         }
-        return inserted;
       });
+      const stored = rows.length;
+      handed = rows.filter((row) => row.handed);
+      waiting = rows.filter((row) => !row.handed && !row.blocked).length;
       return { group: deps.group, messages: decoded.length, stored, handed: handed.length, duplicates: events.length - stored, deadLettered: dead.length };
-    } catch (error) {
-      // Rolled back (or, if the commit's outcome was lost, the jobs are left to lease expiry).
-      handed = [];
-      waiting = 0;
-      throw error;
     } finally {
+      // After a failure nothing is handed: rolled back, or, if the commit's outcome was lost, left to lease expiry.
       deps.handOff.adopt(handed, room?.jobs ?? 0, waiting);
     }
   }

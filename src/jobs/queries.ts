@@ -59,9 +59,15 @@ export const CLAIM_SET = `state = 'active', attempt = j.attempt + 1, claim_count
  */
 export const claimedIn = (cte: string): string => `j.id = ANY (ARRAY(SELECT id FROM ${cte}))`;
 
-/** The columns a claim returns (see ClaimedRow). */
-export const CLAIM_RETURNING = `j.id, j.queue, j.type, j.payload, j.attempt, j.max_attempts, j.claim_count, j.priority,
+/**
+ * The columns a claim returns (see ClaimedRow), with `payload` the payload's expression (a broker
+ * ingest's hand-off returns it only for the jobs it handed).
+ */
+export const claimColumns = (payload: string): string => `j.id, j.queue, j.type, ${payload}, j.attempt, j.max_attempts, j.claim_count, j.priority,
     j.correlation_id, j.created_at, j.expires_at, j.traceparent, j.ordering_key, j.ordering_seq::text AS ordering_seq, j.blocked`;
+
+/** The columns a claim returns (see ClaimedRow). */
+export const CLAIM_RETURNING = claimColumns('j.payload');
 
 /** Which waiting jobs a claim takes first (and the order the worker starts them in). */
 export const CLAIM_ORDER = 'priority DESC, run_at, id';
