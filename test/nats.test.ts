@@ -800,6 +800,11 @@ describe('nats source', { skip }, () => {
       const raw = await pair.raw();
       await raw.publish('a', { messageId: 'a' });
       await ctx.until(1);
+      // The ack is fire-and-forget: wait until the server has it, or a stop that catches it in flight
+      // makes the server deliver 'a' again after the stall (at-least-once, but not what this test is about).
+      const acked = Date.now() + 5_000;
+      while ((await pair.pending()) !== 0 && Date.now() < acked) await sleep(50);
+      assert.equal(await pair.pending(), 0, "the server has the ack of 'a' before it is stopped");
       pair.server!.signal('SIGSTOP');
       try {
         const deadline = Date.now() + 15_000;
