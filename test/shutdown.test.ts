@@ -27,13 +27,22 @@ async function openOwn(options: Parameters<typeof createMailroom>[0]): Promise<{
   return { mailroom, schema, errors };
 }
 
-/** Waits until a backend waits for a lock on `table` of `schema` (during a statement, or while it prepares one). */
-async function blockedOn(client: pg.Client, schema: string, table: string, ms: number): Promise<void> {
+/**
+ * Waits until a backend waits for a lock on `table` of `schema` (during a statement, or while it
+ * prepares one); with `statement`, one whose statement begins so (another may wait there too).
+ */
+async function blockedOn(client: pg.Client, schema: string, table: string, ms: number, statement = ''): Promise<void> {
   const deadline = Date.now() + ms;
   for (;;) {
-    const { rows } = await client.query(`SELECT count(*)::int AS n FROM pg_locks WHERE NOT granted AND relation = $1::regclass`, [`"${schema}".${table}`]);
+    // `client` may be in a transaction, where pg_stat_activity would read the same snapshot each time.
+    await client.query('SELECT pg_stat_clear_snapshot()');
+    const { rows } = await client.query(
+      `SELECT count(*)::int AS n FROM pg_locks AS l JOIN pg_stat_activity AS a ON a.pid = l.pid
+        WHERE NOT l.granted AND l.relation = $1::regclass AND a.query LIKE $2`,
+      [`"${schema}".${table}`, `${statement}%`],
+    );
     if (rows[0].n > 0) return;
-    assert.ok(Date.now() < deadline, `nothing waited for the lock on ${table} within ${ms} ms`);
+    assert.ok(Date.now() < deadline, `nothing waited for the lock on ${table}${statement ? ` in a ${statement}` : ''} within ${ms} ms`);
     await sleep(25);
   }
 }
@@ -109,16 +118,18 @@ describe('stopping waits for background passes in flight (PostgreSQL)', { skip: 
     schemas.push(schema);
     const noted = defineEvent<{ n: number }>('shutdown.relayed', { version: 1 });
     await mailroom.publishMany(noted, Array.from({ length: 2500 }, (_, n) => ({ n })));
+    // SHARE mode holds the prune's DELETE (three batches of 1,000 would empty the outbox) and lets the
+    // relay's reads on. Taken before the relay starts, so that its first prune is the one held (taken
+    // after the delivery, a prune could already have deleted a batch: CI saw 500 left).
+    const lock = await lockTable(schema, 'outbox', 'SHARE');
+    clients.push(lock.client);
     const nowhere: RelayTarget = { name: 'nowhere', publish: async () => {} };
     const relay = mailroom.relay({ to: [nowhere], internal: false, retention: '1ms', pollInterval: 50 });
     let delivered = 0;
     const all = new Promise<void>((resolve) => relay.on('delivered', ({ count }) => (delivered += count) >= 2500 && resolve()));
     await relay.start();
     await all;
-    // SHARE mode holds the prune's DELETE (three batches of 1,000 would empty the outbox) and lets the relay's reads on.
-    const lock = await lockTable(schema, 'outbox', 'SHARE');
-    clients.push(lock.client);
-    await blockedOn(lock.client, schema, 'outbox', 10_000);
+    await blockedOn(lock.client, schema, 'outbox', 10_000, 'DELETE');
     let stopped = false;
     const stopping = relay.stop().then(() => void (stopped = true));
     await sleep(HELD_MS);
