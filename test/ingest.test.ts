@@ -10,6 +10,7 @@ import { describe, it } from 'node:test';
 import assert from 'node:assert/strict';
 import { defineEvent, handleEvent, INVALID_MESSAGE_TYPE, toEnvelope, ValidationError, type ConsumerContext, type IngestedInfo } from '../src/index.ts';
 import { ingestQueries } from '../src/consumers/ingest-queries.ts';
+import { HOLD_MIN_CAPACITY, MAX_HOLD_MS } from '../src/consumers/ingest.ts';
 import { testDatabases, type TestMailroom } from './helpers/databases.ts';
 import { waitForEvents } from './helpers/events.ts';
 import { flushUntil } from './helpers/relay.ts';
@@ -49,24 +50,41 @@ async function shippingGroup(t: TestMailroom, options: { maxMessageBytes?: numbe
 
 /**
  * A group whose handler records each order it runs, holding those that `held` picks until
- * `release()`; `ingested` collects the group's stored batches.
+ * `open(order)` or `release()` (every one, from then on); `ingested` collects the group's stored batches.
  */
-async function gatedGroup(t: TestMailroom, held: (order: string) => boolean, options: { concurrency?: number } = {}) {
+async function gatedGroup(t: TestMailroom, held: (order: string) => boolean, options: { concurrency?: number; prefetch?: number } = {}) {
   const source = scriptedSource('warehouse');
-  let release: () => void = () => {};
-  const gate = new Promise<void>((r) => (release = r));
+  const gates = new Map<string, () => void>();
+  let released = false;
   const ran: string[] = [];
   const consumer = t.mailroom.consumer({
     group: 'shipping',
     source,
     pollInterval: 20,
     ...options,
-    handlers: { [shipped.type]: handleEvent(shipped, async (event) => { ran.push(event.data.order); if (held(event.data.order)) await gate; }) },
+    handlers: {
+      [shipped.type]: handleEvent(shipped, async (event) => {
+        ran.push(event.data.order);
+        if (held(event.data.order) && !released) await new Promise<void>((r) => gates.set(event.data.order, r));
+      }),
+    },
   });
   const ingested: IngestedInfo[] = [];
   consumer.on('ingested', (info) => ingested.push(info));
   await consumer.start();
-  return { source, consumer, ran, ingested, release };
+  const release = (): void => {
+    released = true;
+    for (const [order, open] of gates) {
+      gates.delete(order);
+      open();
+    }
+  };
+  const open = async (order: string): Promise<void> => {
+    await until(() => gates.has(order));
+    gates.get(order)!();
+    gates.delete(order);
+  };
+  return { source, consumer, ran, ingested, open, release };
 }
 
 /** Resolves once `done()` holds; fails after 15 s. */
@@ -210,6 +228,94 @@ for (const db of testDatabases()) {
       assert.deepEqual(ran.slice(1).sort(), ['m1', 'm2', 'm3', 'm4', 'm5'], 'each ran once');
       assert.ok(ran.indexOf('m3') > ran.indexOf('m2'), 'm3 after m2, its key\'s job before it');
       await consumer.stop();
+    });
+
+    /**
+     * A group whose worker has the capacity for holding (concurrency 2, prefetch HOLD_MIN_CAPACITY - 2), made
+     * full by HOLD_MIN_CAPACITY held jobs (2 running, the rest in its prefetch); `free()` lets one finish.
+     */
+    async function fullGroup(t: TestMailroom) {
+      const group = await gatedGroup(t, (order) => order !== 'warm', { concurrency: 2, prefetch: HOLD_MIN_CAPACITY - 2 });
+      const { source, consumer, ran, open } = group;
+      // Once a job has run, the worker's last claim found its queue empty.
+      const warm = waitForEvents(consumer.worker, 'completed', 1);
+      assert.equal(await source.push(foreignEvent('order-warm', { order: 'warm' })), 'ack');
+      await warm;
+      const fill = Array.from({ length: HOLD_MIN_CAPACITY }, (_, i) => `f${i}`);
+      assert.deepEqual(await Promise.all(fill.map((order) => source.push(foreignEvent(`order-${order}`, { order })))), fill.map(() => 'ack'));
+      await until(() => ran.length === 3);
+      const free = async (): Promise<void> => {
+        const before = ran.length;
+        await open(ran.at(-1)!);
+        await until(() => ran.length > before);
+      };
+      return { ...group, fill, free };
+    }
+
+    it(`holds messages unacknowledged while a worker of capacity ${HOLD_MIN_CAPACITY} or more is full, and hands them over once it has room for them: no claim of their own`, async () => {
+      const t = await db.open();
+      const { source, consumer, ran, ingested, release, fill, free } = await fullGroup(t);
+      assert.equal(ingested.slice(1).reduce((n, i) => n + i.handed, 0), fill.length, 'the fill was handed');
+      const acked: string[] = [];
+      const batch = [['m1', 'a'], ['m2', 'a'], ['m3', null]] as const;
+      const acks = batch.map(([order, key]) =>
+        source.push(foreignEvent(`order-${order}`, { order }, key === null ? {} : { partitionkey: key })).then((result) => {
+          acked.push(order);
+          return result;
+        }),
+      );
+      const rows = () =>
+        t.sql<{ order: string; state: string; claim_count: number; blocked: boolean; unclaimed: boolean | null }>(
+          `SELECT payload->'data'->>'order' AS order, state, claim_count, blocked, started_at = created_at AS unclaimed
+             FROM "${t.schema}".jobs WHERE payload->'data'->>'order' LIKE 'm%' ORDER BY 1`,
+        );
+      await new Promise((r) => setTimeout(r, 100));
+      assert.deepEqual([await rows(), acked], [[], []], 'nothing stored or acknowledged while the worker is full');
+      // Room for two, then three: all three are stored, m1 and m3 handed, m2 behind m1 (its key's job).
+      await free();
+      await free();
+      assert.deepEqual(acked, [], 'room for two of three is not enough');
+      await free();
+      assert.deepEqual(await Promise.all(acks), ['ack', 'ack', 'ack']);
+      assert.deepEqual(ingested.at(-1) && [ingested.at(-1)!.stored, ingested.at(-1)!.handed], [3, 2]);
+      assert.deepEqual(
+        (await rows()).map((r) => [r.order, r.state, r.claim_count, r.blocked, r.unclaimed]),
+        [['m1', 'active', 1, false, true], ['m2', 'available', 0, true, null], ['m3', 'active', 1, false, true]],
+      );
+      release();
+      for (let waited = 0; ; waited += 20) {
+        const states = (await rows()).map((r) => r.state);
+        if (states.every((s) => s === 'completed')) break;
+        assert.ok(waited < 15_000, `not all completed after 15 s: ${states.join(', ')}`);
+        await new Promise((r) => setTimeout(r, 20));
+      }
+      assert.deepEqual((await rows()).map((r) => [r.order, r.claim_count, r.unclaimed]), [['m1', 1, true], ['m2', 1, false], ['m3', 1, true]], 'only m2 was claimed');
+      assert.ok(ran.indexOf('m2') > ran.indexOf('m1'), 'm2 after m1, its key\'s job before it');
+      await consumer.stop();
+    });
+
+    it(`holds messages for a full worker at most ${MAX_HOLD_MS} ms, then stores them to wait in the queue; a stop gives held messages back unstored`, async () => {
+      const t = await db.open();
+      const { source, consumer, ran, release } = await fullGroup(t);
+      const pushed = Date.now();
+      assert.equal(await source.push(foreignEvent('order-h1', { order: 'h1' })), 'ack');
+      const held = Date.now() - pushed;
+      assert.ok(held >= MAX_HOLD_MS - 50, `h1 was acknowledged after ${held} ms, while the worker was full`);
+      const stateOf = async (order: string) =>
+        (await t.sql<{ state: string; started: boolean }>(`SELECT state, started_at IS NOT NULL AS started FROM "${t.schema}".jobs WHERE payload->'data'->>'order' = $1`, [order]))[0];
+      assert.deepEqual(await stateOf('h1'), { state: 'available', started: false }, 'stored to wait in the queue');
+      // Held again; the group stops: h2 is given back to the broker (nack), not stored.
+      const h2 = source.push(foreignEvent('order-h2', { order: 'h2' }));
+      await new Promise((r) => setTimeout(r, 50));
+      const stopping = consumer.stop({ timeout: '100ms' });
+      assert.equal(await h2, 'nack');
+      // The worker is stopping by now (after the ingest): it gives its jobs back after 100 ms and claims nothing more.
+      await new Promise((r) => setTimeout(r, 300));
+      release();
+      await stopping;
+      assert.equal(await stateOf('h2'), undefined);
+      assert.ok(!ran.includes('h1'), 'h1 waits for the next worker');
+      assert.deepEqual(await stateOf('h1'), { state: 'available', started: false });
     });
 
     it('a batch is not handed past jobs waiting in the queue: those are claimed first', async () => {

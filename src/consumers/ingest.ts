@@ -38,6 +38,9 @@ export interface IngestedInfo {
 export interface HandOff {
   reserveHandOff(queue: string, max: number): HandOffRoom | null;
   adopt(rows: readonly ClaimedRow[], reserved: number, waiting: number): void;
+  handOffRoom(queue: string): number | null;
+  readonly capacity: number;
+  roomChanged(ms: number): Promise<void>;
 }
 
 /** A stored job as the ingest statement returns it: `handed` ones carry what a claim returns. */
@@ -66,6 +69,16 @@ export interface IngestDeps {
 
 const MAX_BATCH = 1000;
 const MAX_RETRY_DELAY_MS = 5000;
+/** The longest messages wait here for the group's worker to have room before they are stored anyway (see roomToStore). */
+export const MAX_HOLD_MS = 1000;
+/**
+ * The least capacity (concurrency + prefetch) of the group's worker for which messages are held
+ * for it (see roomToStore). Below it the batches held for its room would be too small: a group
+ * at capacity 110 took a 30,000-event backlog more slowly held (batches of about 63) than stored
+ * at once and claimed, and at capacity 10 at 60 % of the rate; at 250 (batches of about 160) it
+ * was faster held (docs/BENCHMARKS.md, session 32).
+ */
+export const HOLD_MIN_CAPACITY = 200;
 
 /** Feeds a consumer group from a broker source. */
 export class SourceIngest {
@@ -73,6 +86,8 @@ export class SourceIngest {
   private readonly buffer: SourceMessage[] = [];
   private draining: Promise<void> | null = null;
   private readonly retryWaker = new Waker();
+  /** Ends a wait for the worker's room (see roomToStore) at once: the ingest is stopping. */
+  private endHold: (() => void) | null = null;
 
   constructor(
     readonly source: ConsumerSource,
@@ -110,6 +125,7 @@ export class SourceIngest {
     }
     if (this.state === 'running') this.state = 'stopping';
     this.retryWaker.poke();
+    this.endHold?.();
     await this.draining;
     for (const message of this.buffer.splice(0)) await settle(message.nack.bind(message), this.deps.report);
     await this.source.stop();
@@ -135,7 +151,9 @@ export class SourceIngest {
 
   private async drain(): Promise<void> {
     while (this.buffer.length > 0 && this.state === 'running') {
-      const batch = this.buffer.splice(0, MAX_BATCH);
+      const take = this.takeNow() ?? (await this.roomToStore());
+      if (this.state !== 'running') return; // stopping: what is buffered is nacked by stop()
+      const batch = this.buffer.splice(0, take);
       const decoded = batch.map((m) => decodeMessage(m, this.deps.group, this.deps.types, this.deps.maxMessageBytes));
       const span = startBatchSpan(
         `consume ${this.source.name}`,
@@ -154,6 +172,42 @@ export class SourceIngest {
         this.deps.report(error);
       }
       await Promise.all(batch.map((message) => settle(message.ack.bind(message), this.deps.report)));
+    }
+  }
+
+  /**
+   * How many buffered messages to store now, or null to wait (see
+   * {@link roomToStore}). While the group's worker is busy, they wait here,
+   * unacknowledged (so the broker holds back the rest, up to the source's
+   * prefetch), until it has room for as many as are buffered or for half its
+   * capacity: then they are stored already claimed by it, with no claim of
+   * their own, and a backlog on the broker reaches the worker as hand-offs.
+   * Messages are not held when hand-offs are off (the worker is not running,
+   * or the queue has shared limits) or the worker's capacity is below
+   * HOLD_MIN_CAPACITY: they are stored at once, and those the worker has no
+   * room for wait in the queue.
+   */
+  private takeNow(): number | null {
+    const { handOff, queue } = this.deps;
+    const room = handOff.handOffRoom(queue);
+    if (room === null || handOff.capacity < HOLD_MIN_CAPACITY) return MAX_BATCH;
+    if (room > 0 && room >= Math.min(this.buffer.length, Math.ceil(handOff.capacity / 2))) return Math.min(room, MAX_BATCH);
+    return null;
+  }
+
+  /** Waits for the worker's room (see {@link takeNow}) for at most MAX_HOLD_MS; then, or once stopping, says store them all. */
+  private async roomToStore(): Promise<number> {
+    const until = Date.now() + MAX_HOLD_MS;
+    for (;;) {
+      const left = until - Date.now();
+      if (left <= 0 || this.state !== 'running') return MAX_BATCH;
+      await new Promise<void>((resolve) => {
+        this.endHold = resolve;
+        void this.deps.handOff.roomChanged(left).then(resolve);
+      });
+      this.endHold = null;
+      const take = this.takeNow();
+      if (take !== null) return take;
     }
   }
 

@@ -17,6 +17,7 @@ import { Chains, claimOf, EXTEND_AT, FOLLOWERS_PER_HEAD } from './chains.ts';
 import { JobRun } from './job-run.ts';
 import { SerialLane } from './serial-lane.ts';
 import { Waker } from './waker.ts';
+import { Signal } from './signal.ts';
 import { WakeGate, wakeGateQueries } from '../storage/wake-gate.ts';
 import { resolveWorkerOptions, type WorkerOptions } from './options.ts';
 
@@ -110,6 +111,8 @@ export class Worker extends SafeEmitter<WorkerEvents> {
   private heartbeatTimer: NodeJS.Timeout | undefined;
   private unlisten: (() => Promise<void>) | undefined;
   private readonly settledWaiters = new Set<() => void>();
+  /** Fired when the room for a hand-off may have changed (see handOffRoom). */
+  private readonly room = new Signal();
   /** Asks enqueuers for a NOTIFY while this worker sleeps, and not while jobs keep coming (see WakeGate). */
   private readonly gate: WakeGate;
 
@@ -197,6 +200,7 @@ export class Worker extends SafeEmitter<WorkerEvents> {
     }
     if (this.state === 'stopping') return this.stopping;
     this.state = 'stopping';
+    this.room.fire();
     this.stopping = this.shutDown(options);
     return this.stopping;
   }
@@ -229,6 +233,7 @@ export class Worker extends SafeEmitter<WorkerEvents> {
   abandon(): void {
     this.abandoned = true;
     this.state = 'stopped';
+    this.room.fire();
     this.completer.abandon();
     void this.shutdownTimers();
     for (const r of this.running.values()) {
@@ -278,6 +283,7 @@ export class Worker extends SafeEmitter<WorkerEvents> {
         this.waitingStored = false;
         rows = await this.claim(free);
         this.starved = rows.filter((r) => !r.blocked).length < free;
+        this.room.fire();
         errorDelay = 0;
       } catch (error) {
         this.report(error);
@@ -326,11 +332,37 @@ export class Worker extends SafeEmitter<WorkerEvents> {
    * worker.adopt(handedRows, room?.jobs ?? 0, storedNotHanded);
    */
   reserveHandOff(queue: string, max: number): HandOffRoom | null {
-    if (this.state !== 'running' || !this.starved || this.waitingStored || !this.queues.includes(queue) || this.controls.limits(queue) || this.completionsBehind()) return null;
-    const jobs = Math.min(max, this.freeRoom());
+    const jobs = Math.min(max, this.handOffRoom(queue) ?? 0);
     if (jobs <= 0) return null;
     this.handOffReserved += jobs;
     return { jobs, leaseMs: this.leaseMs, workerId: this.id };
+  }
+
+  /**
+   * How many jobs a hand-off to `queue` could take now (see
+   * {@link reserveHandOff}): 0 while this worker is busy (no free slot or
+   * prefetch room, its last claim found more waiting, or its completions are
+   * behind), null when it takes none whatever frees (not running, or the
+   * queue is not its own or has shared limits). {@link roomChanged} says when
+   * to look again.
+   *
+   * @example
+   * while (worker.handOffRoom(queue) === 0) await worker.roomChanged(1000);
+   */
+  handOffRoom(queue: string): number | null {
+    if (this.state !== 'running' || !this.queues.includes(queue) || this.controls.limits(queue)) return null;
+    if (!this.starved || this.waitingStored || this.completionsBehind()) return 0;
+    return Math.max(0, this.freeRoom());
+  }
+
+  /** The most jobs this worker holds at once: its slots and its prefetch. */
+  get capacity(): number {
+    return this.concurrency + this.prefetch;
+  }
+
+  /** Resolves when {@link handOffRoom} may have changed (a job finished or was written, a claim came back, a stop), or after `ms`. */
+  roomChanged(ms: number): Promise<void> {
+    return this.room.wait(ms);
   }
 
   /**
@@ -343,6 +375,7 @@ export class Worker extends SafeEmitter<WorkerEvents> {
    */
   adopt(rows: readonly ClaimedRow[], reserved: number, waiting: number): void {
     this.handOffReserved = Math.max(0, this.handOffReserved - reserved);
+    this.room.fire();
     if (waiting > 0) {
       this.waitingStored = true;
       this.starved = false;
@@ -443,12 +476,14 @@ export class Worker extends SafeEmitter<WorkerEvents> {
     if (this.running.get(row.id) === entry) this.running.delete(row.id);
     this.finishing.set(row.id, entry);
     this.startBuffered();
+    this.room.fire();
     // A free slot is a reason to claim unless the last claim found too little; then new work announces
     // itself (NOTIFY, a completion that may have let a key go, the poll).
     if (this.state === 'running' && !this.starved) this.poke();
     const settle = (): void => {
       if (this.finishing.get(row.id) === entry) this.finishing.delete(row.id);
       for (const notify of this.settledWaiters) notify();
+      this.room.fire();
     };
     if (outcome.kind === 'completed' && tx === undefined && !entry.settled) {
       // The hot path: a batched, fenced completion.
