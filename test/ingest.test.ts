@@ -95,6 +95,16 @@ async function until(done: () => boolean): Promise<void> {
   }
 }
 
+/** Resolves once every row that `rows()` reads is completed; fails after 15 s, naming their states. */
+async function allCompleted(rows: () => Promise<{ state: string }[]>): Promise<void> {
+  for (let waited = 0; ; waited += 20) {
+    const states = (await rows()).map((r) => r.state);
+    if (states.every((s) => s === 'completed')) return;
+    assert.ok(waited < 15_000, `not all completed after 15 s: ${states.join(', ')}`);
+    await new Promise((r) => setTimeout(r, 20));
+  }
+}
+
 async function jobsOf(t: TestMailroom) {
   return t.sql<{ id: string; type: string; state: string; dead_reason: string | null; last_error: { category: string; message: string } | null; payload: Record<string, unknown> }>(
     `SELECT id, type, state, dead_reason, last_error, payload FROM "${t.schema}".jobs WHERE queue = 'consumer.shipping' ORDER BY created_at, id`,
@@ -217,12 +227,7 @@ for (const db of testDatabases()) {
       await until(() => ran.length === 4);
       assert.deepEqual(ran.slice(1).sort(), ['m1', 'm2', 'm4'], 'the handed jobs run at once');
       release();
-      for (let waited = 0; ; waited += 20) {
-        const states = (await rows()).map((r) => r.state);
-        if (states.every((s) => s === 'completed')) break;
-        assert.ok(waited < 15_000, `not all completed after 15 s: ${states.join(', ')}`);
-        await new Promise((r) => setTimeout(r, 20));
-      }
+      await allCompleted(rows);
       const final = await rows();
       assert.deepEqual(final.map((r) => [r.order, r.claim_count, r.unclaimed]), [['m1', 1, true], ['m2', 1, true], ['m3', 1, false], ['m4', 1, true], ['m5', 1, false]], 'the waiting ones were claimed');
       assert.deepEqual(ran.slice(1).sort(), ['m1', 'm2', 'm3', 'm4', 'm5'], 'each ran once');
@@ -277,18 +282,13 @@ for (const db of testDatabases()) {
       assert.deepEqual(acked, [], 'room for two of three is not enough');
       await free();
       assert.deepEqual(await Promise.all(acks), ['ack', 'ack', 'ack']);
-      assert.deepEqual(ingested.at(-1) && [ingested.at(-1)!.stored, ingested.at(-1)!.handed], [3, 2]);
+      assert.deepEqual([ingested.at(-1)?.stored, ingested.at(-1)?.handed], [3, 2], 'the three in one batch, two handed');
       assert.deepEqual(
         (await rows()).map((r) => [r.order, r.state, r.claim_count, r.blocked, r.unclaimed]),
         [['m1', 'active', 1, false, true], ['m2', 'available', 0, true, null], ['m3', 'active', 1, false, true]],
       );
       release();
-      for (let waited = 0; ; waited += 20) {
-        const states = (await rows()).map((r) => r.state);
-        if (states.every((s) => s === 'completed')) break;
-        assert.ok(waited < 15_000, `not all completed after 15 s: ${states.join(', ')}`);
-        await new Promise((r) => setTimeout(r, 20));
-      }
+      await allCompleted(rows);
       assert.deepEqual((await rows()).map((r) => [r.order, r.claim_count, r.unclaimed]), [['m1', 1, true], ['m2', 1, false], ['m3', 1, true]], 'only m2 was claimed');
       assert.ok(ran.indexOf('m2') > ran.indexOf('m1'), 'm2 after m1, its key\'s job before it');
       await consumer.stop();
