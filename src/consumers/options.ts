@@ -43,7 +43,11 @@ export interface ConsumerOptions {
   lease?: Duration;
   /** How often to look for events when no NOTIFY arrives. Default `'1s'`. */
   pollInterval?: Duration;
-  /** Jobs claimed ahead of free slots. Default 0. */
+  /**
+   * Jobs claimed ahead of free slots. Default 0. A group fed by a broker source takes a backlog
+   * much faster with one (docs/BROKERS.md): at `concurrency + prefetch` of 200 or more its
+   * messages are held for the worker and stored already claimed by it.
+   */
   prefetch?: number;
   /** Shared across processes: at most `max` events start per `per`. */
   rateLimit?: RateLimit;
