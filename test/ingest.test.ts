@@ -95,6 +95,14 @@ async function until(done: () => boolean): Promise<void> {
   }
 }
 
+/**
+ * Resolves once the group's worker would take a hand-off of its whole capacity: its last claim
+ * found the queue empty and nothing runs (after a warm-up job, before the test's own messages).
+ */
+async function idle(worker: { handOffRoom(queue: string): number | null; readonly capacity: number }): Promise<void> {
+  await until(() => worker.handOffRoom('consumer.shipping') === worker.capacity);
+}
+
 /** Resolves once every row that `rows()` reads is completed; fails after 15 s, naming their states. */
 async function allCompleted(rows: () => Promise<{ state: string }[]>): Promise<void> {
   for (let waited = 0; ; waited += 20) {
@@ -199,6 +207,7 @@ for (const db of testDatabases()) {
       const warm = waitForEvents(consumer.worker, 'completed', 1);
       assert.equal(await source.push(foreignEvent('order-warm', { order: 'warm' })), 'ack');
       await warm;
+      await idle(consumer.worker);
       // m1 is a batch of its own (stored as it arrives); m2-m5 gather behind it: room for two more there.
       const started = waitForEvents(consumer.worker, 'started', 3);
       const batch = [['m1', null], ['m2', 'a'], ['m3', 'a'], ['m4', null], ['m5', null]] as const;
@@ -246,6 +255,7 @@ for (const db of testDatabases()) {
       const warm = waitForEvents(consumer.worker, 'completed', 1);
       assert.equal(await source.push(foreignEvent('order-warm', { order: 'warm' })), 'ack');
       await warm;
+      await idle(consumer.worker);
       const fill = Array.from({ length: HOLD_MIN_CAPACITY }, (_, i) => `f${i}`);
       assert.deepEqual(await Promise.all(fill.map((order) => source.push(foreignEvent(`order-${order}`, { order })))), fill.map(() => 'ack'));
       await until(() => ran.length === 3);
@@ -342,6 +352,7 @@ for (const db of testDatabases()) {
       const warm = waitForEvents(consumer.worker, 'completed', 1);
       assert.equal(await source.push(foreignEvent('order-warm', { order: 'warm' })), 'ack');
       await warm;
+      await idle(consumer.worker);
       // p1 is handed (room for one); p2 and p3 are stored waiting.
       const p1Started = waitForEvents(consumer.worker, 'started', 1);
       assert.deepEqual(await Promise.all(['p1', 'p2', 'p3'].map((order) => source.push(foreignEvent(`order-${order}`, { order })))), ['ack', 'ack', 'ack']);
