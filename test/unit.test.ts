@@ -20,6 +20,7 @@ import { defaultClassifier, JobTimeoutError, UnknownJobTypeError } from '../src/
 import { decideFailure } from '../src/worker/execute.ts';
 import { SerialLane } from '../src/worker/serial-lane.ts';
 import { Waker } from '../src/worker/waker.ts';
+import { Signal } from '../src/worker/signal.ts';
 import { CoalescingBatch } from '../src/storage/coalescing-batch.ts';
 import { isConcurrencyConflict } from '../src/storage/conflicts.ts';
 import { Completer } from '../src/worker/completer.ts';
@@ -624,6 +625,28 @@ describe('Waker', () => {
     t = performance.now();
     await waker.sleep(30);
     assert.ok(performance.now() - t >= 25, 'the kept poke was used up: this sleep ran its time');
+  });
+});
+
+describe('Signal', () => {
+  test('a fire ends every wait in progress and is not kept; a wait without a fire lasts its time, an endless one until a fire', async () => {
+    const signal = new Signal();
+    signal.fire(); // nobody waits: not kept
+    let t = performance.now();
+    await signal.wait(30);
+    assert.ok(performance.now() - t >= 25, 'a fire before the wait did not end it');
+    t = performance.now();
+    setTimeout(() => signal.fire(), 10);
+    await Promise.all([signal.wait(5_000), signal.wait(5_000)]);
+    assert.ok(performance.now() - t < 1_000, 'one fire ended both 5 s waits early');
+    let ended = false;
+    const endless = signal.wait(Number.POSITIVE_INFINITY).then(() => void (ended = true));
+    const tooLong = signal.wait(2 ** 40).then(() => void (ended = true));
+    await new Promise((r) => setTimeout(r, 50));
+    assert.equal(ended, false, 'a wait of Infinity, or past what a timer holds, does not end at once');
+    signal.fire();
+    await Promise.all([endless, tooLong]);
+    assert.equal(ended, true);
   });
 });
 

@@ -1,3 +1,6 @@
+/** The longest delay setTimeout keeps (a longer one fires at once). */
+const MAX_TIMER_MS = 2 ** 31 - 1;
+
 /**
  * A change that others may wait for, with a time limit: `wait(ms)` resolves at
  * the next `fire()` or after `ms`, whichever comes first. Unlike a Waker, a
@@ -11,7 +14,7 @@
 export class Signal {
   readonly #waiters = new Set<() => void>();
 
-  /** Resolves at the next {@link fire}, or after `ms`. */
+  /** Resolves at the next {@link fire}, or after `ms` (never, for `Infinity` or more than a timer holds). */
   wait(ms: number): Promise<void> {
     return new Promise((resolve) => {
       const done = (): void => {
@@ -19,7 +22,7 @@ export class Signal {
         this.#waiters.delete(done);
         resolve();
       };
-      const timer = setTimeout(done, ms);
+      const timer = ms <= MAX_TIMER_MS ? setTimeout(done, ms) : undefined;
       this.#waiters.add(done);
     });
   }

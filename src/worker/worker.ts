@@ -110,9 +110,12 @@ export class Worker extends SafeEmitter<WorkerEvents> {
   private abandoned = false;
   private heartbeatTimer: NodeJS.Timeout | undefined;
   private unlisten: (() => Promise<void>) | undefined;
-  private readonly settledWaiters = new Set<() => void>();
-  /** Fired when the room for a hand-off may have changed (see handOffRoom). */
-  private readonly room = new Signal();
+  /**
+   * Fired when the jobs this worker holds or its room for more may have changed: a job finished or
+   * its outcome was written, a claim came back, a hand-off was adopted, a stop (see handOffRoom,
+   * waitForRunning).
+   */
+  private readonly changes = new Signal();
   /** Asks enqueuers for a NOTIFY while this worker sleeps, and not while jobs keep coming (see WakeGate). */
   private readonly gate: WakeGate;
 
@@ -200,7 +203,7 @@ export class Worker extends SafeEmitter<WorkerEvents> {
     }
     if (this.state === 'stopping') return this.stopping;
     this.state = 'stopping';
-    this.room.fire();
+    this.changes.fire();
     this.stopping = this.shutDown(options);
     return this.stopping;
   }
@@ -233,7 +236,6 @@ export class Worker extends SafeEmitter<WorkerEvents> {
   abandon(): void {
     this.abandoned = true;
     this.state = 'stopped';
-    this.room.fire();
     this.completer.abandon();
     void this.shutdownTimers();
     for (const r of this.running.values()) {
@@ -243,6 +245,7 @@ export class Worker extends SafeEmitter<WorkerEvents> {
     this.running.clear();
     this.finishing.clear();
     this.buffer.takeAll();
+    this.changes.fire();
     this.chains.takeAll();
     this.poke();
     void this.unlisten?.().catch(() => {});
@@ -283,7 +286,7 @@ export class Worker extends SafeEmitter<WorkerEvents> {
         this.waitingStored = false;
         rows = await this.claim(free);
         this.starved = rows.filter((r) => !r.blocked).length < free;
-        this.room.fire();
+        this.changes.fire();
         errorDelay = 0;
       } catch (error) {
         this.report(error);
@@ -362,7 +365,7 @@ export class Worker extends SafeEmitter<WorkerEvents> {
 
   /** Resolves when {@link handOffRoom} may have changed (a job finished or was written, a claim came back, a stop), or after `ms`. */
   roomChanged(ms: number): Promise<void> {
-    return this.room.wait(ms);
+    return this.changes.wait(ms);
   }
 
   /**
@@ -375,7 +378,7 @@ export class Worker extends SafeEmitter<WorkerEvents> {
    */
   adopt(rows: readonly ClaimedRow[], reserved: number, waiting: number): void {
     this.handOffReserved = Math.max(0, this.handOffReserved - reserved);
-    this.room.fire();
+    this.changes.fire();
     if (waiting > 0) {
       this.waitingStored = true;
       this.starved = false;
@@ -476,14 +479,13 @@ export class Worker extends SafeEmitter<WorkerEvents> {
     if (this.running.get(row.id) === entry) this.running.delete(row.id);
     this.finishing.set(row.id, entry);
     this.startBuffered();
-    this.room.fire();
+    this.changes.fire();
     // A free slot is a reason to claim unless the last claim found too little; then new work announces
     // itself (NOTIFY, a completion that may have let a key go, the poll).
     if (this.state === 'running' && !this.starved) this.poke();
     const settle = (): void => {
       if (this.finishing.get(row.id) === entry) this.finishing.delete(row.id);
-      for (const notify of this.settledWaiters) notify();
-      this.room.fire();
+      this.changes.fire();
     };
     if (outcome.kind === 'completed' && tx === undefined && !entry.settled) {
       // The hot path: a batched, fenced completion.
@@ -644,20 +646,14 @@ export class Worker extends SafeEmitter<WorkerEvents> {
     }
   }
 
-  private waitForRunning(timeoutMs: number): Promise<void> {
-    return new Promise((resolve) => {
-      const check = () => {
-        if (this.running.size === 0 && this.finishing.size === 0) done();
-      };
-      const timer = Number.isFinite(timeoutMs) ? setTimeout(() => done(), timeoutMs) : undefined;
-      const done = () => {
-        if (timer) clearTimeout(timer);
-        this.settledWaiters.delete(check);
-        resolve();
-      };
-      this.settledWaiters.add(check);
-      check();
-    });
+  /** Resolves once no job runs or has its outcome being written, or after `timeoutMs`. */
+  private async waitForRunning(timeoutMs: number): Promise<void> {
+    const until = Date.now() + timeoutMs;
+    while (this.running.size > 0 || this.finishing.size > 0) {
+      const left = until - Date.now();
+      if (left <= 0) return;
+      await this.changes.wait(left);
+    }
   }
 
   private report(error: unknown): void {
