@@ -240,7 +240,7 @@ export class Mailroom extends SafeEmitter<MailroomEvents> {
         else console.error('[mailroom] maintenance:', explained.message);
       },
       (job) => emitRescued(this, job),
-      () => refreshStatistics(driver, statistics, this.quotedSchema),
+      (signal) => refreshStatistics(driver, statistics, this.quotedSchema, signal),
     );
     const admin = adminQueries(this.quotedSchema);
     this.admin = admin;
@@ -413,8 +413,8 @@ export class Mailroom extends SafeEmitter<MailroomEvents> {
    */
   relay(options: RelayOptions = {}): Relay {
     const resolved = resolveRelayOptions(options, internalTarget(this.fanOutQueries));
-    const relay = new Relay(this.driver, this.relayQueries, this.outboxQueries, this.wakeQueries, `${this.schema}_outbox`, resolved, this.maxPayloadBytes, () =>
-      this.maintenance.analyzeStale(),
+    const relay = new Relay(this.driver, this.relayQueries, this.outboxQueries, this.wakeQueries, `${this.schema}_outbox`, resolved, this.maxPayloadBytes, (signal) =>
+      this.maintenance.analyzeStale(signal),
     );
     forwardRelay(relay, this, this.forwarding);
     this.relays.add(relay);
@@ -545,13 +545,15 @@ export class Mailroom extends SafeEmitter<MailroomEvents> {
   }
 
   /**
-   * Stops every worker (graceful, default 30s timeout) and closes the connection mailroom opened.
+   * Stops every relay, consumer group and worker (graceful: each waits up to
+   * `timeout`, default 30 s, for its handlers and background passes) and
+   * closes the connection mailroom opened.
    *
    * @example
    * await mailroom.close();
    */
   async close(options: { timeout?: Duration } = {}): Promise<void> {
-    await Promise.all([...this.relays].map((r) => r.stop()));
+    await Promise.all([...this.relays].map((r) => r.stop(options)));
     await Promise.all([...this.consumers].map((c) => c.stop(options)));
     await Promise.all([...this.workers].map((w) => w.stop(options)));
     await this.driver.close();

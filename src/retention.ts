@@ -3,6 +3,7 @@ import { ValidationError } from './errors.ts';
 import type { RetentionQueries } from './jobs/retention-queries.ts';
 import type { Driver } from './storage/driver.ts';
 import { inBatches } from './storage/batches.ts';
+import { RUN_TO_END, type PassControl } from './storage/periodic-pass.ts';
 import type { JobDefinition } from './define.ts';
 
 /** How long finished jobs are kept. */
@@ -112,21 +113,22 @@ export function checkRetentionAgainst(policy: RetentionPolicy, definitions: Iter
   }
 }
 
-/** One retention pass, in bounded batches (none begun once `stopped()` is true); returns how many jobs it deleted. */
-export async function prune(driver: Driver, queries: RetentionQueries, policy: RetentionPolicy, stopped: () => boolean = () => false): Promise<number> {
+/** One retention pass, in bounded batches (none begun once `pass.stopped()`; its statement cancelled by `pass.signal`); returns how many jobs it deleted. */
+export async function prune(driver: Driver, queries: RetentionQueries, policy: RetentionPolicy, pass: PassControl = RUN_TO_END): Promise<number> {
   let deleted = 0;
+  const { signal } = pass;
   const drain = async (run: () => Promise<{ rowCount: number }>) => {
-    deleted += await inBatches(policy.batchSize, MAX_BATCHES_PER_PASS, run, stopped);
+    deleted += await inBatches(policy.batchSize, MAX_BATCHES_PER_PASS, run, () => pass.stopped());
   };
-  await drain(() => driver.run(queries.pruneByAge, [['completed', 'cancelled'], policy.completedAgeMs, policy.batchSize]));
-  await drain(() => driver.run(queries.pruneByAge, [['dead'], policy.deadAgeMs, policy.batchSize]));
+  await drain(() => driver.run(queries.pruneByAge, [['completed', 'cancelled'], policy.completedAgeMs, policy.batchSize], { signal }));
+  await drain(() => driver.run(queries.pruneByAge, [['dead'], policy.deadAgeMs, policy.batchSize], { signal }));
   if (policy.completedCount !== null) {
-    const { rows } = await driver.run<{ queue: string; finished_at: string; id: string }>(queries.completedCutoffs, [policy.completedCount]);
+    const { rows } = await driver.run<{ queue: string; finished_at: string; id: string }>(queries.completedCutoffs, [policy.completedCount], { signal });
     if (rows.length > 0) {
       const cutoffs = [rows.map((r) => r.queue), rows.map((r) => r.finished_at), rows.map((r) => r.id)];
-      await drain(() => driver.run(queries.pruneCompletedBeyond, [...cutoffs, policy.batchSize]));
+      await drain(() => driver.run(queries.pruneCompletedBeyond, [...cutoffs, policy.batchSize], { signal }));
     }
   }
-  if (!stopped()) await driver.run(queries.pruneIdleOrderingKeys, [policy.batchSize]);
+  if (!pass.stopped()) await driver.run(queries.pruneIdleOrderingKeys, [policy.batchSize], { signal });
   return deleted;
 }

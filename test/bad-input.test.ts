@@ -144,6 +144,36 @@ for (const db of testDatabases()) {
       assert.equal(row!.n, 0, 'no event written');
     });
 
+    test('a stop timeout that is not a duration is refused, naming it, and leaves the worker, group and relay running', async () => {
+      const t = await openWithOneJob(db);
+      const { mailroom } = t;
+      const job = uniqueJob();
+      const event = defineEvent(`bad.input-${process.pid}-stop.happened`, { version: 1 });
+      let handled = 0;
+      const worker = mailroom.worker({ queues: [job.queue], handlers: { [job.name]: () => {} } });
+      const consumer = mailroom.consumer({ group: `bad-stop-${process.pid}`, handlers: { [event.type]: () => void handled++ } });
+      const relay = mailroom.relay({ pollInterval: 50 });
+      await worker.start();
+      await consumer.start();
+      await relay.start();
+      for (const bad of ['soon', -1, Number.NaN]) {
+        await refused(t, () => worker.stop({ timeout: bad } as never), [/^stop timeout: /]);
+        await refused(t, () => consumer.stop({ timeout: bad } as never), [/^stop timeout: /]);
+        await refused(t, () => relay.stop({ timeout: bad } as never), [/^stop timeout: /]);
+      }
+      // Still running: a job enqueued now is done, an event published now is relayed and handled.
+      const done = waitForEvents(worker, 'completed', 1);
+      await mailroom.enqueue(job, { n: 2 });
+      await done;
+      await mailroom.publish(event, {});
+      const deadline = Date.now() + 10_000;
+      while (handled === 0 && Date.now() < deadline) await new Promise((resolve) => setTimeout(resolve, 20));
+      assert.equal(handled, 1, 'the relay and the group still ran after the refused stops');
+      await relay.stop({ timeout: '5s' });
+      await consumer.stop({ timeout: '5s' });
+      await worker.stop({ timeout: '5s' });
+    });
+
     test('a relay batchSize that is not an integer from 1 to 10000 is refused, naming it; left out or null, the default', async () => {
       const t = await openWithOneJob(db);
       const { mailroom } = t;

@@ -1,7 +1,7 @@
 /**
  * The background pass that workers, consumer groups and relays run
  * (src/storage/periodic-pass.ts): one at a time, told to end when stopped,
- * and waited for by `stop()`.
+ * waited for by `stop()`, and aborted once `stop(limitMs)` has waited that long.
  */
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
@@ -16,8 +16,9 @@ test('a pass runs every interval, never two at once; stop() waits for the one in
   let sawStopped = false;
   let ended = false;
   const pass = new PeriodicPass(
+    'test',
     10,
-    async (stopped) => {
+    async ({ stopped }) => {
       started++;
       most = Math.max(most, ++running);
       // A pass of 60 ms in batches of 5 ms: ticks every 10 ms fall while it runs.
@@ -47,6 +48,7 @@ test("a pass that fails is reported and the next tick runs again; start() after 
   const errors: unknown[] = [];
   let runs = 0;
   const pass = new PeriodicPass(
+    'test',
     5,
     async () => {
       runs++;
@@ -63,4 +65,70 @@ test("a pass that fails is reported and the next tick runs again; start() after 
   while (runs < stoppedAt + 1) await sleep(2);
   await pass.stop();
   assert.ok(runs > stoppedAt, 'start() after stop() runs passes again');
+});
+
+test('stop(limitMs) aborts the signal of a pass still running after limitMs, reports it by name, and resolves once the pass ended', async () => {
+  const errors: unknown[] = [];
+  let aborted: unknown;
+  const pass = new PeriodicPass(
+    'stuck chore',
+    60_000,
+    // A pass that ends only when its signal aborts (a statement cancelled on the server).
+    ({ signal }) =>
+      new Promise<void>((_, reject) => {
+        signal.addEventListener('abort', () => {
+          aborted = signal.reason;
+          reject(signal.reason);
+        });
+      }),
+    (error) => errors.push(error),
+  );
+  pass.start();
+  pass.runNow();
+  const began = Date.now();
+  await pass.stop(150);
+  const waited = Date.now() - began;
+  assert.ok(waited >= 140 && waited < 2000, `stop(150) resolved after ${waited} ms`);
+  assert.ok(aborted instanceof Error, 'the signal was aborted with an error');
+  assert.equal(errors.length, 1);
+  assert.match((errors[0] as Error).message, /the stuck chore pass was cancelled: stop\(\) waited 150 ms/);
+
+  // A pass that ends within the limit is not aborted.
+  let signalOfQuickPass: AbortSignal | undefined;
+  const quick = new PeriodicPass(
+    'quick',
+    60_000,
+    async ({ signal }) => {
+      signalOfQuickPass = signal;
+      await sleep(20);
+    },
+    (error) => errors.push(error),
+  );
+  quick.start();
+  quick.runNow();
+  await quick.stop(1000);
+  assert.equal(signalOfQuickPass?.aborted, false);
+  assert.equal(errors.length, 1, 'nothing more reported');
+});
+
+test('start() after a stop that aborted a pass gives the next passes a signal not aborted', async () => {
+  const signals: AbortSignal[] = [];
+  const pass = new PeriodicPass(
+    'chore',
+    60_000,
+    ({ signal }) => {
+      signals.push(signal);
+      return new Promise<void>((resolve) => signal.addEventListener('abort', () => resolve()));
+    },
+    () => {},
+  );
+  pass.start();
+  pass.runNow();
+  await pass.stop(20);
+  assert.equal(signals[0]?.aborted, true);
+  pass.start();
+  pass.runNow();
+  assert.equal(signals[1]?.aborted, false);
+  await pass.stop(20);
+  assert.equal(signals[1]?.aborted, true);
 });

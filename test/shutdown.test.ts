@@ -142,3 +142,100 @@ describe('stopping waits for background passes in flight (PostgreSQL)', { skip: 
     assert.deepEqual(opened.errors.map((e) => (e instanceof Error ? e.message : String(e))), []);
   });
 });
+
+describe('stop({ timeout }) cancels a pass still blocked when its timeout runs out (PostgreSQL)', { skip: databaseUrl ? false : 'TEST_DATABASE_URL is not set' }, () => {
+  const clients: pg.Client[] = [];
+  const schemas: string[] = [];
+  after(async () => {
+    for (const c of clients) await c.end().catch(() => {});
+    for (const m of mailrooms) await m.close({ timeout: 1000 }).catch(() => {});
+    if (schemas.length === 0) return;
+    const admin = new pg.Client({ connectionString: databaseUrl });
+    await admin.connect();
+    for (const s of schemas) await admin.query(`DROP SCHEMA IF EXISTS "${s}" CASCADE`);
+    await admin.end();
+  });
+
+  /**
+   * With `lock` held on `table` and a pass waiting for it: `stop()` must resolve after about
+   * `limitMs` while the lock is still held, leave no statement waiting for the table, and report
+   * one error naming the pass; `close()` after it must report nothing more.
+   */
+  async function stopCancelsPass(
+    opened: { mailroom: Mailroom; schema: string; errors: unknown[] },
+    lock: { client: pg.Client; release: () => Promise<void> },
+    table: string,
+    stop: () => Promise<void>,
+    pass: string,
+    limitMs: number,
+  ): Promise<void> {
+    const { mailroom, schema, errors } = opened;
+    const began = Date.now();
+    await stop();
+    const waited = Date.now() - began;
+    assert.ok(waited >= limitMs - 50, `stop() resolved after ${waited} ms, before its timeout of ${limitMs} ms`);
+    assert.ok(waited < limitMs + 5000, `stop() took ${waited} ms with a timeout of ${limitMs} ms: the blocked pass was not cancelled`);
+    await lock.client.query('SELECT pg_stat_clear_snapshot()');
+    const { rows } = await lock.client.query(`SELECT count(*)::int AS n FROM pg_locks WHERE relation = $1::regclass AND NOT granted`, [`"${schema}".${table}`]);
+    assert.equal(rows[0].n, 0, `a statement still waits for ${table} after stop() resolved`);
+    const messages = errors.map((e) => (e instanceof Error ? e.message : String(e)));
+    assert.equal(messages.length, 1, `one error reported, got: ${messages.join(' | ')}`);
+    assert.match(messages[0]!, new RegExp(`the ${pass} pass was cancelled: stop\\(\\) waited \\d+ ms for it`));
+    await lock.release();
+    await mailroom.close();
+    await sleep(200);
+    assert.equal(errors.length, 1, 'close() reported nothing more');
+  }
+
+  it("a worker's maintenance pass blocked past the stop's timeout is cancelled, and the stop resolves", async () => {
+    const opened = await openOwn({ rescueInterval: '50ms' });
+    schemas.push(opened.schema);
+    const chore = defineJob<{ n: number }>('shutdown.cancelled-chore', { queue: 'shutdown' });
+    const worker = opened.mailroom.worker({ queues: ['shutdown'], handlers: { [chore.name]: async () => {} } });
+    await worker.start();
+    const lock = await lockTable(opened.schema, 'job_errors');
+    clients.push(lock.client);
+    await blockedOn(lock.client, opened.schema, 'job_errors', 10_000);
+    // No handler runs, so the pass gets the whole timeout, and at least a second.
+    await stopCancelsPass(opened, lock, 'job_errors', () => worker.stop({ timeout: '1s' }), 'lease rescue', 1000);
+  });
+
+  it("a consumer group's inbox prune blocked past the stop's timeout is cancelled, and the stop resolves", async () => {
+    const opened = await openOwn({});
+    schemas.push(opened.schema);
+    const noted = defineEvent<{ n: number }>('shutdown.cancelled-noted', { version: 1 });
+    const consumer = opened.mailroom.consumer({ group: 'shutdown', inboxRetention: '10s', retry: { maxAttempts: 1 }, handlers: { [noted.type]: async () => {} } });
+    await consumer.start();
+    const lock = await lockTable(opened.schema, 'inbox');
+    clients.push(lock.client);
+    await blockedOn(lock.client, opened.schema, 'inbox', 10_000);
+    // A timeout under a second still gives the pass a second (a batch that merely runs is never cut off).
+    await stopCancelsPass(opened, lock, 'inbox', () => consumer.stop({ timeout: '200ms' }), 'inbox prune', 1000);
+  });
+
+  it("a relay's outbox prune blocked past the stop's timeout is cancelled: its batch rolled back, nothing deleted", async () => {
+    const opened = await openOwn({});
+    const { mailroom, schema } = opened;
+    schemas.push(schema);
+    const noted = defineEvent<{ n: number }>('shutdown.cancelled-relayed', { version: 1 });
+    await mailroom.publishMany(noted, Array.from({ length: 1500 }, (_, n) => ({ n })));
+    const lock = await lockTable(schema, 'outbox', 'SHARE');
+    clients.push(lock.client);
+    const nowhere: RelayTarget = { name: 'nowhere', publish: async () => {} };
+    const relay = mailroom.relay({ to: [nowhere], internal: false, retention: '1ms', pollInterval: 50 });
+    let delivered = 0;
+    const all = new Promise<void>((resolve) => relay.on('delivered', ({ count }) => (delivered += count) >= 1500 && resolve()));
+    await relay.start();
+    await all;
+    await blockedOn(lock.client, schema, 'outbox', 10_000, 'DELETE');
+    await stopCancelsPass(opened, lock, 'outbox', () => relay.stop({ timeout: '1500ms' }), 'outbox prune', 1500);
+    const admin = new pg.Client({ connectionString: databaseUrl });
+    await admin.connect();
+    try {
+      const { rows } = await admin.query(`SELECT count(*)::int AS n FROM "${schema}".outbox`);
+      assert.equal(rows[0].n, 1500, 'the cancelled DELETE was rolled back: every event is still there');
+    } finally {
+      await admin.end();
+    }
+  });
+});

@@ -1,5 +1,5 @@
 import { SafeEmitter } from '../observe/safe-emitter.ts';
-import type { Duration } from '../duration.ts';
+import { toMilliseconds, type Duration } from '../duration.ts';
 import { MailroomError, RetryableError, ValidationError } from '../errors.ts';
 import { fromEnvelope } from '../events/envelope.ts';
 import { registerQueuePolicy } from '../worker/queue-policies.ts';
@@ -10,7 +10,7 @@ import { retryHorizonMs } from '../retention.ts';
 import { isSnooze } from '../snooze.ts';
 import { isCancel } from '../cancel.ts';
 import type { Driver, Transaction } from '../storage/driver.ts';
-import { PeriodicPass } from '../storage/periodic-pass.ts';
+import { PeriodicPass, passWaitMs, RUN_TO_END, type PassControl } from '../storage/periodic-pass.ts';
 import { inBatches } from '../storage/batches.ts';
 import type { FanOutQueries } from '../relay/fanout-queries.ts';
 import { fanOut, INTERNAL_TARGET } from '../relay/internal-target.ts';
@@ -158,7 +158,7 @@ export class Consumer extends SafeEmitter<ConsumerEvents> {
     }
     if (this.options.maintenance !== false) {
       const every = Math.min(60_000, Math.max(1000, Math.floor(this.resolved.inboxRetentionMs / 10)));
-      this.pruning = new PeriodicPass(every, (stopped) => this.pruneInbox(stopped), (error) => this.report(error));
+      this.pruning = new PeriodicPass('inbox prune', every, (pass) => this.pruneInbox(pass), (error) => this.report(error));
       this.pruning.start();
     }
   }
@@ -167,15 +167,20 @@ export class Consumer extends SafeEmitter<ConsumerEvents> {
    * Stops handling (graceful, like `worker.stop`). The subscription stays:
    * events keep arriving in the group's queue for the next start. A broker
    * source stops first: messages in hand are stored and acknowledged, or
-   * given back to the broker.
+   * given back to the broker. An inbox prune in flight ends after its current
+   * batch, or has its statement cancelled after `timeout` (at least a second;
+   * reported as an error).
    *
    * @example
    * await billing.stop({ timeout: '10s' });
    */
   async stop(options: { timeout?: Duration } = {}): Promise<void> {
-    await this.pruning?.stop();
-    await this.ingest?.stop();
-    await this.worker.stop(options);
+    const limitMs = toMilliseconds(options.timeout ?? '30s', 'stop timeout');
+    const handling = async () => {
+      await this.ingest?.stop();
+      await this.worker.stop(options);
+    };
+    await Promise.all([this.pruning?.stop(passWaitMs(limitMs)), handling()]);
   }
 
   /**
@@ -189,8 +194,14 @@ export class Consumer extends SafeEmitter<ConsumerEvents> {
     return { keys: await this.pruneInbox() };
   }
 
-  private pruneInbox(stopped?: () => boolean): Promise<number> {
-    return inBatches(PRUNE_BATCH, MAX_PRUNE_BATCHES, () => this.deps.driver.run(this.deps.queries.pruneInbox, [this.group, this.resolved.inboxRetentionMs, PRUNE_BATCH]), stopped);
+  private pruneInbox(pass: PassControl = RUN_TO_END): Promise<number> {
+    const { signal } = pass;
+    return inBatches(
+      PRUNE_BATCH,
+      MAX_PRUNE_BATCHES,
+      () => this.deps.driver.run(this.deps.queries.pruneInbox, [this.group, this.resolved.inboxRetentionMs, PRUNE_BATCH], { signal }),
+      () => pass.stopped(),
+    );
   }
 
   /** The longest an event of the group can keep being retried; the inbox must remember it at least that long. */

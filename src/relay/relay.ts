@@ -2,9 +2,10 @@ import { SafeEmitter } from '../observe/safe-emitter.ts';
 import { publishTraced } from './traced-publish.ts';
 import type { SafetyWarning } from '../brokers/safety.ts';
 import { MailroomError } from '../errors.ts';
+import { toMilliseconds, type Duration } from '../duration.ts';
 import type { OutboxQueries } from '../events/outbox-queries.ts';
 import type { Driver } from '../storage/driver.ts';
-import { PeriodicPass } from '../storage/periodic-pass.ts';
+import { PeriodicPass, passWaitMs, RUN_TO_END, type PassControl } from '../storage/periodic-pass.ts';
 import { inBatches } from '../storage/batches.ts';
 import { findHolder, type HeldBackBy } from './held-back.ts';
 import type { ResolvedRelayOptions } from './options.ts';
@@ -133,7 +134,7 @@ export class Relay extends SafeEmitter<RelayEvents> {
     /** The mailroom's `maxPayloadBytes`, for the targets' size checks. */
     private readonly maxPayloadBytes?: number,
     /** Analyzes mailroom's tables whose statistics fell behind (src/storage/statistics.ts), for a process that runs no worker. */
-    private readonly refreshStatistics: () => Promise<unknown> = async () => [],
+    private readonly refreshStatistics: (signal?: AbortSignal) => Promise<unknown> = async () => [],
   ) {
     super();
     this.id = options.id;
@@ -141,8 +142,8 @@ export class Relay extends SafeEmitter<RelayEvents> {
     this.gate = new WakeGate(driver, wakeQueries, ['outbox'], this.id, options.pollMs, report);
     // Only a relay holding a lease prunes; each pass ends after its current batch once the relay stops.
     const pruneEvery = Math.min(60_000, Math.max(1000, Math.floor(options.retentionMs / 10)));
-    this.pruning = new PeriodicPass(pruneEvery, (stopped) => (this.states.every((s) => s.token === null) ? Promise.resolve() : this.pruneOutbox(stopped)), report);
-    this.refreshing = new PeriodicPass(STATISTICS_INTERVAL_MS, () => this.refreshStatistics(), report);
+    this.pruning = new PeriodicPass('outbox prune', pruneEvery, (pass) => (this.states.every((s) => s.token === null) ? Promise.resolve() : this.pruneOutbox(pass)), report);
+    this.refreshing = new PeriodicPass('statistics', STATISTICS_INTERVAL_MS, (pass) => this.refreshStatistics(pass.signal), report);
     this.states = options.targets.map((target) => ({
       target,
       token: null,
@@ -225,17 +226,21 @@ export class Relay extends SafeEmitter<RelayEvents> {
 
   /**
    * Stops relaying: waits for rounds in flight, then hands the leases back so
-   * another relay can take over at once.
+   * another relay can take over at once. A background pass in flight (outbox
+   * prune, statistics) ends after its current batch; one still running after
+   * `timeout` (default `'30s'`, at least a second; blocked on a lock, say) has
+   * its statement cancelled, and the relay reports that as an error.
    *
    * @example
-   * process.on('SIGTERM', () => relay.stop());
+   * process.on('SIGTERM', () => relay.stop({ timeout: '10s' }));
    */
-  async stop(): Promise<void> {
+  async stop(options: { timeout?: Duration } = {}): Promise<void> {
+    const limitMs = toMilliseconds(options.timeout ?? '30s', 'stop timeout');
     if (this.state === 'stopping' || this.state === 'stopped') return;
     const wasRunning = this.state === 'running';
     this.state = 'stopping';
     for (const t of this.timers) clearInterval(t);
-    const passes = Promise.all([this.pruning.stop(), this.refreshing.stop()]);
+    const passes = Promise.all([this.pruning.stop(passWaitMs(limitMs)), this.refreshing.stop(passWaitMs(limitMs))]);
     for (const s of this.states) this.poke(s);
     await Promise.all(this.loops);
     await passes;
@@ -310,14 +315,16 @@ export class Relay extends SafeEmitter<RelayEvents> {
    * const { events, parked } = await relay.prune();
    */
   async prune(): Promise<{ events: number; parked: number }> {
-    return this.pruneOutbox(() => false);
+    return this.pruneOutbox(RUN_TO_END);
   }
 
-  /** A prune pass that begins no more batches once `stopped()` (the background pass, once the relay stops). */
-  private async pruneOutbox(stopped: () => boolean): Promise<{ events: number; parked: number }> {
-    const events = await inBatches(PRUNE_BATCH, MAX_PRUNE_BATCHES, () => this.driver.run(this.outbox.prune, [this.options.retentionMs, PRUNE_BATCH]), stopped);
-    if (!stopped()) await this.driver.run(this.outbox.pruneKeys, [PRUNE_BATCH]);
-    const parked = await inBatches(PRUNE_BATCH, MAX_PRUNE_BATCHES, () => this.driver.run(this.outbox.pruneParked, [this.options.parkedRetentionMs, PRUNE_BATCH]), stopped);
+  /** A prune pass that begins no more batches once `pass.stopped()` (the background pass, once the relay stops). */
+  private async pruneOutbox(pass: PassControl): Promise<{ events: number; parked: number }> {
+    const { signal } = pass;
+    const stopped = () => pass.stopped();
+    const events = await inBatches(PRUNE_BATCH, MAX_PRUNE_BATCHES, () => this.driver.run(this.outbox.prune, [this.options.retentionMs, PRUNE_BATCH], { signal }), stopped);
+    if (!stopped()) await this.driver.run(this.outbox.pruneKeys, [PRUNE_BATCH], { signal });
+    const parked = await inBatches(PRUNE_BATCH, MAX_PRUNE_BATCHES, () => this.driver.run(this.outbox.pruneParked, [this.options.parkedRetentionMs, PRUNE_BATCH], { signal }), stopped);
     if (events > 0 || parked > 0) this.emit('pruned', { events, parked });
     return { events, parked };
   }

@@ -39,13 +39,26 @@ export interface TransactionOptions {
   jit?: false;
 }
 
+/** Options of one statement run by {@link Driver.run} or {@link Driver.query}. */
+export interface StatementOptions {
+  /**
+   * Cancels the statement when aborted. On PostgreSQL a statement in flight is cancelled on the
+   * server (`pg_cancel_backend`; it fails with SQLSTATE 57014 and its work is rolled back) and its
+   * connection is closed rather than reused. PGlite cannot cancel a statement that has begun; one not
+   * yet begun is not run. Either way the call rejects.
+   */
+  signal?: AbortSignal;
+}
+
 /** A connection to the database as mailroom uses it. */
 export interface Driver extends Queryable {
   readonly kind: 'pg' | 'pglite';
   /** Where the database is, for error messages: a URL without its password. */
   readonly location?: string;
-  /** Runs a prepared (named) statement outside any transaction. */
-  run<R = Record<string, unknown>>(query: NamedQuery, params: readonly unknown[]): Promise<QueryResult<R>>;
+  /** Runs a statement outside any transaction (`signal`: see {@link StatementOptions}). */
+  query<R = Record<string, unknown>>(sql: string, params?: readonly unknown[], options?: StatementOptions): Promise<QueryResult<R>>;
+  /** Runs a prepared (named) statement outside any transaction (`signal`: see {@link StatementOptions}). */
+  run<R = Record<string, unknown>>(query: NamedQuery, params: readonly unknown[], options?: StatementOptions): Promise<QueryResult<R>>;
   /**
    * Runs `fn` in a transaction; commits when it resolves, rolls back when it throws.
    * `idleTimeoutMs` (PostgreSQL): the server ends the session when the transaction sits idle that

@@ -1,5 +1,5 @@
 import pg from 'pg';
-import type { Driver, NamedQuery, QueryResult, Transaction, TransactionOptions } from './driver.ts';
+import type { Driver, NamedQuery, QueryResult, StatementOptions, Transaction, TransactionOptions } from './driver.ts';
 
 const RECONNECT_DELAY_MS = 1000;
 
@@ -17,6 +17,7 @@ export class PgDriver implements Driver {
   private detachListenClient: (() => void) | undefined;
   private listenConnecting: Promise<void> | undefined;
   private closed = false;
+  private readonly pids = new WeakMap<pg.PoolClient, number>();
 
   constructor(
     private readonly pool: pg.Pool,
@@ -35,14 +36,60 @@ export class PgDriver implements Driver {
     }
   }
 
-  async query<R>(sql: string, params: readonly unknown[] = []): Promise<QueryResult<R>> {
-    const result = await this.pool.query(sql, params as unknown[]);
+  async query<R>(sql: string, params: readonly unknown[] = [], options: StatementOptions = {}): Promise<QueryResult<R>> {
+    const config = { text: sql, values: params as unknown[] };
+    const result = options.signal ? await this.cancellable(config, options.signal) : await this.pool.query(config);
     return { rows: result.rows as R[], rowCount: result.rowCount ?? 0 };
   }
 
-  async run<R>(query: NamedQuery, params: readonly unknown[]): Promise<QueryResult<R>> {
-    const result = await this.pool.query({ name: query.name, text: query.text, values: params as unknown[] });
+  async run<R>(query: NamedQuery, params: readonly unknown[], options: StatementOptions = {}): Promise<QueryResult<R>> {
+    const config = { name: query.name, text: query.text, values: params as unknown[] };
+    const result = options.signal ? await this.cancellable(config, options.signal) : await this.pool.query(config);
     return { rows: result.rows as R[], rowCount: result.rowCount ?? 0 };
+  }
+
+  /**
+   * Runs one statement on a client of its own, cancelled on the server when `signal` aborts (from
+   * another connection: this one is busy). A client a cancel was sent for is closed, not reused: the
+   * request may arrive after the statement ended, and must not cancel the next caller's.
+   */
+  private async cancellable(config: pg.QueryConfig, signal: AbortSignal): Promise<pg.QueryResult> {
+    signal.throwIfAborted();
+    const client = await this.pool.connect();
+    let cancelled = false;
+    const cancel = (pid: number): void => {
+      cancelled = true;
+      // The statement may have ended meanwhile, or the server be gone: then there is nothing to cancel.
+      this.pool.query('SELECT pg_cancel_backend($1)', [pid]).catch(() => {});
+    };
+    let onAbort: (() => void) | undefined;
+    let failed = false;
+    try {
+      const pid = await this.backendPid(client);
+      signal.throwIfAborted();
+      onAbort = () => cancel(pid);
+      signal.addEventListener('abort', onAbort, { once: true });
+      return await client.query(config);
+    } catch (error) {
+      failed = true;
+      // A statement cancelled for the signal rejects with the signal's reason (it says why), not 57014.
+      if (signal.aborted) throw signal.reason;
+      throw error;
+    } finally {
+      if (onAbort) signal.removeEventListener('abort', onAbort);
+      client.release(cancelled || failed);
+    }
+  }
+
+  /** The server process of a pooled client, looked up once per connection. */
+  private async backendPid(client: pg.PoolClient): Promise<number> {
+    let pid = this.pids.get(client);
+    if (pid === undefined) {
+      const { rows } = await client.query<{ pid: number }>('SELECT pg_backend_pid() AS pid');
+      pid = rows[0]!.pid;
+      this.pids.set(client, pid);
+    }
+    return pid;
   }
 
   async transaction<T>(fn: (tx: Transaction) => Promise<T>, options: TransactionOptions = {}): Promise<T> {

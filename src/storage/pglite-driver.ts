@@ -1,5 +1,5 @@
 import type { PGlite } from '@electric-sql/pglite';
-import type { Driver, NamedQuery, QueryResult, Transaction } from './driver.ts';
+import type { Driver, NamedQuery, QueryResult, StatementOptions, Transaction } from './driver.ts';
 
 /** How long a statement may wait behind an open transaction before the driver says why it may never run. */
 const WAIT_WARNING_MS = 3000;
@@ -22,7 +22,9 @@ export class PgliteDriver implements Driver {
     private readonly ownsDb: boolean,
   ) {}
 
-  async query<R>(sql: string, params: readonly unknown[] = []): Promise<QueryResult<R>> {
+  async query<R>(sql: string, params: readonly unknown[] = [], options: StatementOptions = {}): Promise<QueryResult<R>> {
+    // One connection: a statement that has begun cannot be cancelled, one aborted before it is not run.
+    options.signal?.throwIfAborted();
     const waiting = this.transactions > 0 && !this.warnedWait ? setTimeout(() => this.warnWait(), WAIT_WARNING_MS) : undefined;
     waiting?.unref();
     try {
@@ -44,8 +46,8 @@ export class PgliteDriver implements Driver {
     );
   }
 
-  run<R>(query: NamedQuery, params: readonly unknown[]): Promise<QueryResult<R>> {
-    return this.query<R>(query.text, params);
+  run<R>(query: NamedQuery, params: readonly unknown[], options?: StatementOptions): Promise<QueryResult<R>> {
+    return this.query<R>(query.text, params, options);
   }
 
   async transaction<T>(fn: (tx: Transaction) => Promise<T>): Promise<T> {

@@ -54,15 +54,15 @@ export function statisticsQueries(quotedSchema: string): StatisticsQueries {
 
 /**
  * Analyzes the tables whose statistics fell behind (see the module comment);
- * resolves to their names.
+ * resolves to their names. `signal` cancels the statement in flight (a stop that stopped waiting).
  *
  * @example
  * const analyzed = await refreshStatistics(driver, statisticsQueries('"mailroom"'), '"mailroom"'); // ['jobs']
  */
-export async function refreshStatistics(driver: Driver, queries: StatisticsQueries, quotedSchema: string): Promise<AnalyzedTable[]> {
+export async function refreshStatistics(driver: Driver, queries: StatisticsQueries, quotedSchema: string, signal?: AbortSignal): Promise<AnalyzedTable[]> {
   const names = ANALYZED_TABLES.map((table) => `${quotedSchema}.${table}`);
-  const { rows } = await driver.run<{ table: string }>(queries.stale, [names, MIN_PAGES]);
+  const { rows } = await driver.run<{ table: string }>(queries.stale, [names, MIN_PAGES], { signal });
   const stale = rows.map((r) => r.table).filter((t): t is AnalyzedTable => (ANALYZED_TABLES as readonly string[]).includes(t));
-  for (const table of stale) await driver.query(queries.analyze[table]);
+  for (const table of stale) await driver.query(queries.analyze[table], [], { signal });
   return stale;
 }

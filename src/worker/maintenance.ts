@@ -3,7 +3,7 @@ import type { Driver } from '../storage/driver.ts';
 import type { RetentionQueries } from '../jobs/retention-queries.ts';
 import { prune, type RetentionPolicy } from '../retention.ts';
 import type { AnalyzedTable } from '../storage/statistics.ts';
-import { PeriodicPass } from '../storage/periodic-pass.ts';
+import { PeriodicPass, RUN_TO_END, type PassControl } from '../storage/periodic-pass.ts';
 
 const RESCUE_BATCH = 500;
 
@@ -45,30 +45,35 @@ export class Maintenance {
     onError: (error: unknown) => void,
     private readonly onRescued: (job: RescuedJob) => void = () => {},
     /** Analyzes the tables whose statistics fell behind (src/storage/statistics.ts). */
-    private readonly refreshStatistics: () => Promise<AnalyzedTable[]> = async () => [],
+    private readonly refreshStatistics: (signal?: AbortSignal) => Promise<AnalyzedTable[]> = async () => [],
   ) {
-    this.rescuing = new PeriodicPass(intervalMs, (stopped) => this.rescueExpired(stopped).then(() => (stopped() ? [] : this.analyzeStale())), onError);
-    this.pruning = new PeriodicPass(retention.intervalMs, (stopped) => this.prune(stopped), onError);
+    this.rescuing = new PeriodicPass(
+      'lease rescue',
+      intervalMs,
+      (pass) => this.rescueExpired(pass).then(() => (pass.stopped() ? [] : this.analyzeStale(pass.signal))),
+      onError,
+    );
+    this.pruning = new PeriodicPass('retention', retention.intervalMs, (pass) => this.prune(pass), onError);
   }
 
   /** One statistics pass: analyzes the tables that grew past twice the size their statistics recorded. */
-  analyzeStale(): Promise<AnalyzedTable[]> {
-    return this.refreshStatistics();
+  analyzeStale(signal?: AbortSignal): Promise<AnalyzedTable[]> {
+    return this.refreshStatistics(signal);
   }
 
-  /** One retention pass: deletes finished jobs past their retention, in bounded batches (no more once `stopped()`). */
-  prune(stopped: () => boolean = () => false): Promise<number> {
-    return prune(this.driver, this.retentionQueries, this.retention, stopped);
+  /** One retention pass: deletes finished jobs past their retention, in bounded batches (no more once `pass.stopped()`). */
+  prune(pass: PassControl = RUN_TO_END): Promise<number> {
+    return prune(this.driver, this.retentionQueries, this.retention, pass);
   }
 
-  /** One pass: rescues every expired lease now (no more batches once `stopped()`). Returns how many jobs it rescued. */
-  async rescueExpired(stopped: () => boolean = () => false): Promise<number> {
+  /** One pass: rescues every expired lease now (no more batches once `pass.stopped()`). Returns how many jobs it rescued. */
+  async rescueExpired(pass: PassControl = RUN_TO_END): Promise<number> {
     let total = 0;
     for (;;) {
-      const { rows } = await this.driver.run<RescuedRow>(this.queries.rescueExpired, [RESCUE_BATCH, LEASE_EXPIRED_MESSAGE]);
+      const { rows } = await this.driver.run<RescuedRow>(this.queries.rescueExpired, [RESCUE_BATCH, LEASE_EXPIRED_MESSAGE], { signal: pass.signal });
       total += rows.length;
       for (const row of rows) this.onRescued({ id: row.id, queue: row.queue, type: row.type, attempt: row.attempt, dead: row.state === 'dead' });
-      if (rows.length < RESCUE_BATCH || stopped()) return total;
+      if (rows.length < RESCUE_BATCH || pass.stopped()) return total;
     }
   }
 
@@ -81,11 +86,12 @@ export class Maintenance {
 
   /**
    * Stops the loop when its last user stops, and resolves once a pass in
-   * flight has ended (after its current batch; a pass called directly runs on).
+   * flight has ended (after its current batch; a pass called directly runs on),
+   * cancelling its statement after `limitMs`.
    */
-  async stop(): Promise<void> {
+  async stop(limitMs = Number.POSITIVE_INFINITY): Promise<void> {
     this.users = Math.max(0, this.users - 1);
     if (this.users > 0) return;
-    await Promise.all([this.rescuing.stop(), this.pruning.stop()]);
+    await Promise.all([this.rescuing.stop(limitMs), this.pruning.stop(limitMs)]);
   }
 }

@@ -19,6 +19,7 @@ import { SerialLane } from './serial-lane.ts';
 import { Waker } from './waker.ts';
 import { Signal } from './signal.ts';
 import { WakeGate, wakeGateQueries } from '../storage/wake-gate.ts';
+import { passWaitMs } from '../storage/periodic-pass.ts';
 import { resolveWorkerOptions, type WorkerOptions } from './options.ts';
 
 export type { WorkerOptions } from './options.ts';
@@ -191,12 +192,16 @@ export class Worker extends SafeEmitter<WorkerEvents> {
   /**
    * Stops claiming, waits up to `timeout` (default `'30s'`) for running
    * handlers, then aborts the rest and hands their jobs back to the queue
-   * without spending an attempt.
+   * without spending an attempt. The last worker of a `mailroom` also waits
+   * for a maintenance pass in flight, for what is left of `timeout` (at least
+   * a second); then that pass's statement is cancelled and reported as an error.
    *
    * @example
    * process.on('SIGTERM', () => worker.stop({ timeout: '10s' }));
    */
   async stop(options: { timeout?: Duration } = {}): Promise<void> {
+    // Checked before anything changes: a bad timeout leaves the worker running, not half stopped.
+    const timeoutMs = toMilliseconds(options.timeout ?? '30s', 'stop timeout');
     if (this.state === 'stopped' || this.state === 'idle') {
       this.state = 'stopped';
       return;
@@ -204,12 +209,12 @@ export class Worker extends SafeEmitter<WorkerEvents> {
     if (this.state === 'stopping') return this.stopping;
     this.state = 'stopping';
     this.changes.fire();
-    this.stopping = this.shutDown(options);
+    this.stopping = this.shutDown(timeoutMs);
     return this.stopping;
   }
 
-  private async shutDown(options: { timeout?: Duration }): Promise<void> {
-    const timeoutMs = toMilliseconds(options.timeout ?? '30s', 'stop timeout');
+  private async shutDown(timeoutMs: number): Promise<void> {
+    const deadline = Date.now() + timeoutMs;
     this.poke();
     await this.loop;
     await this.releaseBuffered();
@@ -222,7 +227,8 @@ export class Worker extends SafeEmitter<WorkerEvents> {
     await this.release(unfinished.map((r) => r.row));
     await this.completer.drain();
     await this.waitForRunning(Number.POSITIVE_INFINITY);
-    await this.shutdownTimers();
+    // A maintenance pass in flight gets what is left of the timeout (at least a second), then its statement is cancelled.
+    await this.shutdownTimers(passWaitMs(deadline - Date.now()));
     await this.gate.close().catch((error: unknown) => this.report(error));
     await this.unlisten?.().catch(() => {});
     this.state = 'stopped';
@@ -251,11 +257,14 @@ export class Worker extends SafeEmitter<WorkerEvents> {
     void this.unlisten?.().catch(() => {});
   }
 
-  /** Stops the heartbeats and this worker's share of the maintenance loop; resolves once a maintenance pass in flight has ended. */
-  private async shutdownTimers(): Promise<void> {
+  /**
+   * Stops the heartbeats and this worker's share of the maintenance loop; resolves once a
+   * maintenance pass in flight has ended (its statement cancelled after `passLimitMs`).
+   */
+  private async shutdownTimers(passLimitMs = Number.POSITIVE_INFINITY): Promise<void> {
     if (this.heartbeatTimer) clearInterval(this.heartbeatTimer);
     this.heartbeatTimer = undefined;
-    await this.maintenance?.stop();
+    await this.maintenance?.stop(passLimitMs);
   }
 
   private poke(): void {
