@@ -4,12 +4,14 @@
  * prune, each held up by a table lock taken from outside, must end before
  * `stop()` resolves, so that `mailroom.close()` ending the pool right after
  * cuts no pass off (it used to report "Cannot use a pool after calling end on
- * the pool" and leave the pass half done).
+ * the pool" and leave the pass half done). A pass still blocked when the
+ * stop's timeout is spent has its statement cancelled: the stop resolves, the
+ * pass's batch rolls back and an error names the pass.
  */
 import { after, describe, it } from 'node:test';
 import assert from 'node:assert/strict';
 import pg from 'pg';
-import { createMailroom, defineEvent, defineJob, type Mailroom, type RelayTarget } from '../src/index.ts';
+import { createMailroom, defineEvent, defineJob, type Mailroom, type Relay, type RelayTarget } from '../src/index.ts';
 import { databaseUrl, uniqueSchema } from './helpers/databases.ts';
 
 const HELD_MS = 400;
@@ -56,7 +58,29 @@ async function lockTable(schema: string, table: string, mode = 'ACCESS EXCLUSIVE
   return { client, release: async () => void (await client.query('COMMIT')) };
 }
 
-describe('stopping waits for background passes in flight (PostgreSQL)', { skip: databaseUrl ? false : 'TEST_DATABASE_URL is not set' }, () => {
+/**
+ * Publishes `count` events, takes the outbox in SHARE mode (it holds the prune's DELETE and lets the
+ * relay's reads on), starts a relay that keeps nothing (`retention: '1ms'`), and resolves once every
+ * event is delivered and its first prune waits for the lock. The lock is taken before the relay
+ * starts, so that its first prune is the one held (taken after the delivery, a prune could already
+ * have deleted a batch: CI saw 500 left).
+ */
+async function relayWithPruneHeld(opened: { mailroom: Mailroom; schema: string }, count: number, type: string): Promise<{ relay: Relay; lock: Awaited<ReturnType<typeof lockTable>> }> {
+  const { mailroom, schema } = opened;
+  const noted = defineEvent<{ n: number }>(type, { version: 1 });
+  await mailroom.publishMany(noted, Array.from({ length: count }, (_, n) => ({ n })));
+  const lock = await lockTable(schema, 'outbox', 'SHARE');
+  const nowhere: RelayTarget = { name: 'nowhere', publish: async () => {} };
+  const relay = mailroom.relay({ to: [nowhere], internal: false, retention: '1ms', pollInterval: 50 });
+  let delivered = 0;
+  const all = new Promise<void>((resolve) => relay.on('delivered', ({ count: n }) => (delivered += n) >= count && resolve()));
+  await relay.start();
+  await all;
+  await blockedOn(lock.client, schema, 'outbox', 10_000, 'DELETE');
+  return { relay, lock };
+}
+
+describe('stopping waits for background passes in flight, and cancels one still blocked past its timeout (PostgreSQL)', { skip: databaseUrl ? false : 'TEST_DATABASE_URL is not set' }, () => {
   const clients: pg.Client[] = [];
   const schemas: string[] = [];
   after(async () => {
@@ -68,6 +92,26 @@ describe('stopping waits for background passes in flight (PostgreSQL)', { skip: 
     for (const s of schemas) await admin.query(`DROP SCHEMA IF EXISTS "${s}" CASCADE`);
     await admin.end();
   });
+
+  /** A worker started with nothing to do, its maintenance pass (lease rescue) every 50 ms. */
+  async function idleWorker(type: string) {
+    const opened = await openOwn({ rescueInterval: '50ms' });
+    schemas.push(opened.schema);
+    const chore = defineJob<{ n: number }>(type, { queue: 'shutdown' });
+    const worker = opened.mailroom.worker({ queues: ['shutdown'], handlers: { [chore.name]: async () => {} } });
+    await worker.start();
+    return { opened, worker };
+  }
+
+  /** A consumer group started with nothing to do, its inbox prune every second (a tenth of the retention, at least a second). */
+  async function idleGroup(type: string) {
+    const opened = await openOwn({});
+    schemas.push(opened.schema);
+    const noted = defineEvent<{ n: number }>(type, { version: 1 });
+    const consumer = opened.mailroom.consumer({ group: 'shutdown', inboxRetention: '10s', retry: { maxAttempts: 1 }, handlers: { [noted.type]: async () => {} } });
+    await consumer.start();
+    return { opened, consumer };
+  }
 
   /**
    * With `table` locked from outside and a pass of `mailroom` waiting for it: `stop()` must not
@@ -93,22 +137,13 @@ describe('stopping waits for background passes in flight (PostgreSQL)', { skip: 
   }
 
   it("a worker's stop waits for its maintenance pass, and close() after it reports nothing", async () => {
-    const opened = await openOwn({ rescueInterval: '50ms' });
-    schemas.push(opened.schema);
-    const chore = defineJob<{ n: number }>('shutdown.chore', { queue: 'shutdown' });
-    const worker = opened.mailroom.worker({ queues: ['shutdown'], handlers: { [chore.name]: async () => {} } });
-    await worker.start();
+    const { opened, worker } = await idleWorker('shutdown.chore');
     // The rescue of expired leases writes job_errors, which nothing else the idle worker does touches.
     await stopWaitsForPass(opened, 'job_errors', () => worker.stop());
   });
 
   it("a consumer group's stop waits for its inbox prune, and close() after it reports nothing", async () => {
-    const opened = await openOwn({});
-    schemas.push(opened.schema);
-    const noted = defineEvent<{ n: number }>('shutdown.noted', { version: 1 });
-    const consumer = opened.mailroom.consumer({ group: 'shutdown', inboxRetention: '10s', retry: { maxAttempts: 1 }, handlers: { [noted.type]: async () => {} } });
-    await consumer.start();
-    // The prune runs every second (a tenth of the retention, at least a second).
+    const { opened, consumer } = await idleGroup('shutdown.noted');
     await stopWaitsForPass(opened, 'inbox', () => consumer.stop());
   });
 
@@ -116,20 +151,9 @@ describe('stopping waits for background passes in flight (PostgreSQL)', { skip: 
     const opened = await openOwn({});
     const { mailroom, schema } = opened;
     schemas.push(schema);
-    const noted = defineEvent<{ n: number }>('shutdown.relayed', { version: 1 });
-    await mailroom.publishMany(noted, Array.from({ length: 2500 }, (_, n) => ({ n })));
-    // SHARE mode holds the prune's DELETE (three batches of 1,000 would empty the outbox) and lets the
-    // relay's reads on. Taken before the relay starts, so that its first prune is the one held (taken
-    // after the delivery, a prune could already have deleted a batch: CI saw 500 left).
-    const lock = await lockTable(schema, 'outbox', 'SHARE');
+    // Three batches of 1,000 would empty the outbox.
+    const { relay, lock } = await relayWithPruneHeld(opened, 2500, 'shutdown.relayed');
     clients.push(lock.client);
-    const nowhere: RelayTarget = { name: 'nowhere', publish: async () => {} };
-    const relay = mailroom.relay({ to: [nowhere], internal: false, retention: '1ms', pollInterval: 50 });
-    let delivered = 0;
-    const all = new Promise<void>((resolve) => relay.on('delivered', ({ count }) => (delivered += count) >= 2500 && resolve()));
-    await relay.start();
-    await all;
-    await blockedOn(lock.client, schema, 'outbox', 10_000, 'DELETE');
     let stopped = false;
     const stopping = relay.stop().then(() => void (stopped = true));
     await sleep(HELD_MS);
@@ -141,35 +165,25 @@ describe('stopping waits for background passes in flight (PostgreSQL)', { skip: 
     await mailroom.close();
     assert.deepEqual(opened.errors.map((e) => (e instanceof Error ? e.message : String(e))), []);
   });
-});
-
-describe('stop({ timeout }) cancels a pass still blocked when its timeout runs out (PostgreSQL)', { skip: databaseUrl ? false : 'TEST_DATABASE_URL is not set' }, () => {
-  const clients: pg.Client[] = [];
-  const schemas: string[] = [];
-  after(async () => {
-    for (const c of clients) await c.end().catch(() => {});
-    for (const m of mailrooms) await m.close({ timeout: 1000 }).catch(() => {});
-    if (schemas.length === 0) return;
-    const admin = new pg.Client({ connectionString: databaseUrl });
-    await admin.connect();
-    for (const s of schemas) await admin.query(`DROP SCHEMA IF EXISTS "${s}" CASCADE`);
-    await admin.end();
-  });
 
   /**
-   * With `lock` held on `table` and a pass waiting for it: `stop()` must resolve after about
-   * `limitMs` while the lock is still held, leave no statement waiting for the table, and report
-   * one error naming the pass; `close()` after it must report nothing more.
+   * With `table` locked from outside (or `held` already, its pass waiting) and a pass of `mailroom`
+   * waiting for it: `stop()` must resolve after about `limitMs` while the lock is still held, leave
+   * no statement waiting for the table, and report one error naming the pass; `close()` after it
+   * must report nothing more.
    */
   async function stopCancelsPass(
     opened: { mailroom: Mailroom; schema: string; errors: unknown[] },
-    lock: { client: pg.Client; release: () => Promise<void> },
     table: string,
     stop: () => Promise<void>,
     pass: string,
     limitMs: number,
+    held?: Awaited<ReturnType<typeof lockTable>>,
   ): Promise<void> {
     const { mailroom, schema, errors } = opened;
+    const lock = held ?? (await lockTable(schema, table));
+    clients.push(lock.client);
+    if (!held) await blockedOn(lock.client, schema, table, 10_000);
     const began = Date.now();
     await stop();
     const waited = Date.now() - began;
@@ -188,47 +202,23 @@ describe('stop({ timeout }) cancels a pass still blocked when its timeout runs o
   }
 
   it("a worker's maintenance pass blocked past the stop's timeout is cancelled, and the stop resolves", async () => {
-    const opened = await openOwn({ rescueInterval: '50ms' });
-    schemas.push(opened.schema);
-    const chore = defineJob<{ n: number }>('shutdown.cancelled-chore', { queue: 'shutdown' });
-    const worker = opened.mailroom.worker({ queues: ['shutdown'], handlers: { [chore.name]: async () => {} } });
-    await worker.start();
-    const lock = await lockTable(opened.schema, 'job_errors');
-    clients.push(lock.client);
-    await blockedOn(lock.client, opened.schema, 'job_errors', 10_000);
+    const { opened, worker } = await idleWorker('shutdown.cancelled-chore');
     // No handler runs, so the pass gets the whole timeout, and at least a second.
-    await stopCancelsPass(opened, lock, 'job_errors', () => worker.stop({ timeout: '1s' }), 'lease rescue', 1000);
+    await stopCancelsPass(opened, 'job_errors', () => worker.stop({ timeout: '1s' }), 'lease rescue', 1000);
   });
 
   it("a consumer group's inbox prune blocked past the stop's timeout is cancelled, and the stop resolves", async () => {
-    const opened = await openOwn({});
-    schemas.push(opened.schema);
-    const noted = defineEvent<{ n: number }>('shutdown.cancelled-noted', { version: 1 });
-    const consumer = opened.mailroom.consumer({ group: 'shutdown', inboxRetention: '10s', retry: { maxAttempts: 1 }, handlers: { [noted.type]: async () => {} } });
-    await consumer.start();
-    const lock = await lockTable(opened.schema, 'inbox');
-    clients.push(lock.client);
-    await blockedOn(lock.client, opened.schema, 'inbox', 10_000);
+    const { opened, consumer } = await idleGroup('shutdown.cancelled-noted');
     // A timeout under a second still gives the pass a second (a batch that merely runs is never cut off).
-    await stopCancelsPass(opened, lock, 'inbox', () => consumer.stop({ timeout: '200ms' }), 'inbox prune', 1000);
+    await stopCancelsPass(opened, 'inbox', () => consumer.stop({ timeout: '200ms' }), 'inbox prune', 1000);
   });
 
   it("a relay's outbox prune blocked past the stop's timeout is cancelled: its batch rolled back, nothing deleted", async () => {
     const opened = await openOwn({});
     const { mailroom, schema } = opened;
     schemas.push(schema);
-    const noted = defineEvent<{ n: number }>('shutdown.cancelled-relayed', { version: 1 });
-    await mailroom.publishMany(noted, Array.from({ length: 1500 }, (_, n) => ({ n })));
-    const lock = await lockTable(schema, 'outbox', 'SHARE');
-    clients.push(lock.client);
-    const nowhere: RelayTarget = { name: 'nowhere', publish: async () => {} };
-    const relay = mailroom.relay({ to: [nowhere], internal: false, retention: '1ms', pollInterval: 50 });
-    let delivered = 0;
-    const all = new Promise<void>((resolve) => relay.on('delivered', ({ count }) => (delivered += count) >= 1500 && resolve()));
-    await relay.start();
-    await all;
-    await blockedOn(lock.client, schema, 'outbox', 10_000, 'DELETE');
-    await stopCancelsPass(opened, lock, 'outbox', () => relay.stop({ timeout: '1500ms' }), 'outbox prune', 1500);
+    const { relay, lock } = await relayWithPruneHeld(opened, 1500, 'shutdown.cancelled-relayed');
+    await stopCancelsPass(opened, 'outbox', () => relay.stop({ timeout: '1500ms' }), 'outbox prune', 1500, lock);
     const admin = new pg.Client({ connectionString: databaseUrl });
     await admin.connect();
     try {
