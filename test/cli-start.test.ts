@@ -3,8 +3,10 @@
  * test/fixtures/config/: a .ts config whose worker writes effect rows through
  * ctx.tx (jobs processed, /metrics and /healthz served, SIGTERM lets the
  * running job commit and exits 0), a .json config found in the current
- * directory, config mistakes (exit 2 naming the file, line and fix) and start
- * failures (exit 1: port in use, database unreachable, schema not migrated).
+ * directory, config mistakes (exit 2 naming the file, line and fix), start
+ * failures (exit 1: port in use, database unreachable, schema not migrated) and
+ * a SIGTERM while a background pass waits for a lock (exits within
+ * shutdownTimeout, naming the cancelled pass).
  * PostgreSQL when TEST_DATABASE_URL is set, else the embedded database (which
  * the test opens only while the child is not running: PGlite is one process's).
  */
@@ -334,6 +336,41 @@ test('start from an .mjs config with a consumer group and a relay: every event p
   child.signal('SIGTERM');
   assert.equal(await child.until(child.exited, 'the exit'), 0, child.output);
   assert.deepEqual(rows.map((r) => [r.event_id, r.n]), ids.map((id, i) => [id, i + 1]), `each event once\n${child.output}`);
+});
+
+test('SIGTERM while the relay\'s prune waits for a lock another session holds: start exits within shutdownTimeout and names the cancelled pass', { skip: databaseUrl ? false : 'needs TEST_DATABASE_URL: a lock from another session' }, async (t) => {
+  const db = await makeDb(t);
+  const cwd = tempDir();
+  const config = JSON.parse(readFileSync(join(FIXTURES, 'basic.config.json'), 'utf8')) as Record<string, unknown>;
+  // A retention of 5 s prunes every second; the outbox's SHARE lock holds the prune's DELETE and lets the relay read.
+  writeFileSync(join(cwd, 'mailroom.config.json'), JSON.stringify({ ...config, schema: db.schema, relay: { pollInterval: '200ms', retention: '5s' }, shutdownTimeout: '1s' }));
+  const locker = new pg.Client({ connectionString: databaseUrl });
+  await locker.connect();
+  t.after(() => locker.end());
+  await locker.query('BEGIN');
+  await locker.query(`LOCK TABLE "${db.schema}".outbox IN SHARE MODE`);
+  const child = new Child(['start', ...db.args, '--port', String(await freePort())], { cwd });
+  t.after(() => child.stop());
+  await child.printed(/^running;/m);
+  const deadline = Date.now() + 15_000;
+  for (;;) {
+    await locker.query('SELECT pg_stat_clear_snapshot()');
+    const { rows } = await locker.query(
+      `SELECT count(*)::int AS n FROM pg_locks AS l JOIN pg_stat_activity AS a ON a.pid = l.pid
+        WHERE NOT l.granted AND l.relation = $1::regclass AND a.query LIKE 'DELETE%'`,
+      [`"${db.schema}".outbox`],
+    );
+    if (rows[0].n > 0) break;
+    assert.ok(Date.now() < deadline, `the relay's prune did not wait for the lock within 15 s${child.output}`);
+    await new Promise((resolve) => setTimeout(resolve, 50));
+  }
+  const began = Date.now();
+  child.signal('SIGTERM');
+  assert.equal(await child.until(child.exited, 'the exit', 15_000), 0, child.output);
+  const took = Date.now() - began;
+  assert.ok(took < 8000, `start took ${took} ms to exit with shutdownTimeout 1s while the lock was held${child.output}`);
+  assert.match(child.stdout + child.stderr, /the outbox prune pass was cancelled: stop\(\) waited 1000 ms for it/, child.output);
+  await locker.query('COMMIT');
 });
 
 test('start serves the dashboard of its config (token from MAILROOM_DASHBOARD_TOKEN, read-only); a short token in the config exits 2 naming dashboard.token, one in the environment naming the variable', async (t) => {
