@@ -545,17 +545,17 @@ export class Mailroom extends SafeEmitter<MailroomEvents> {
   }
 
   /**
-   * Stops every relay, consumer group and worker (graceful: each waits up to
-   * `timeout`, default 30 s, for its handlers and background passes) and
+   * Stops every relay, consumer group and worker at once (graceful: each waits
+   * up to `timeout`, default 30 s, for its handlers and background passes) and
    * closes the connection mailroom opened.
    *
    * @example
    * await mailroom.close();
    */
   async close(options: { timeout?: Duration } = {}): Promise<void> {
-    await Promise.all([...this.relays].map((r) => r.stop(options)));
-    await Promise.all([...this.consumers].map((c) => c.stop(options)));
-    await Promise.all([...this.workers].map((w) => w.stop(options)));
+    // All at once, so that `timeout` bounds the whole close (one after the other, handlers of groups
+    // and of workers were each given the whole timeout in turn).
+    await Promise.all([...[...this.relays].map((r) => r.stop(options)), ...[...this.consumers].map((c) => c.stop(options)), ...[...this.workers].map((w) => w.stop(options))]);
     await this.driver.close();
   }
 

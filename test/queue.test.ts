@@ -7,7 +7,7 @@ import { describe, it } from 'node:test';
 import assert from 'node:assert/strict';
 import pg from 'pg';
 import type { PGlite } from '@electric-sql/pglite';
-import { cancel, createMailroom, defineJob, PermanentError, RateLimitedError, RetryableError, snooze, TransactionEndedError, type Job } from '../src/index.ts';
+import { cancel, createMailroom, defineEvent, defineJob, PermanentError, RateLimitedError, RetryableError, snooze, TransactionEndedError, type Job } from '../src/index.ts';
 import { databaseUrl, testDatabases, uniqueSchema } from './helpers/databases.ts';
 import { jobQueries } from '../src/jobs/queries.ts';
 import { controlQueries } from '../src/jobs/control-queries.ts';
@@ -478,6 +478,31 @@ for (const db of testDatabases()) {
       assert.equal(slow?.state, 'available');
       assert.equal(slow?.attempts, 0);
       assert.equal(slow?.errors.length, 0);
+    });
+
+    it('close({ timeout }) stops relays, consumer groups and workers together: handlers that ignore their signal hold it one timeout, not one per kind', async () => {
+      const { mailroom, schema, sql } = await db.open();
+      const job = defineJob('queue.close-stuck', { queue: 'close-stuck' });
+      const event = defineEvent('queue.close-stuck.noted', { version: 1 });
+      const never = () => new Promise<void>(() => {});
+      const worker = mailroom.worker({ queues: ['close-stuck'], handlers: { [job.name]: never } });
+      const consumer = mailroom.consumer({ group: 'close-stuck', handlers: { [event.type]: never } });
+      const relay = mailroom.relay({ pollInterval: 50 });
+      await worker.start();
+      await consumer.start();
+      await relay.start();
+      const jobId = await mailroom.enqueue(job, {});
+      await mailroom.publish(event, {});
+      await eventually(() => worker.activeCount === 1 && consumer.worker.activeCount === 1, 10_000, 'both handlers running');
+      const began = Date.now();
+      await mailroom.close({ timeout: 1500 });
+      const took = Date.now() - began;
+      assert.ok(took >= 1400, `close() resolved after ${took} ms, before its timeout`);
+      assert.ok(took < 2800, `close({ timeout: 1500 }) took ${took} ms: the group's handler and the worker's were waited for one after the other`);
+      // Both jobs went back to their queues unspent, as a worker's own stop leaves them.
+      const rows = await sql<{ id: string; state: string; attempt: number }>(`SELECT id, state, attempt FROM "${schema}".jobs ORDER BY queue`);
+      assert.deepEqual(rows.map((r) => [r.state, r.attempt]), [['available', 0], ['available', 0]]);
+      assert.ok(rows.some((r) => r.id === jobId));
     });
 
     it('runs higher priority first and holds delayed jobs until due', async () => {
