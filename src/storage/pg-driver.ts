@@ -4,9 +4,23 @@ import type { Driver, NamedQuery, QueryResult, StatementOptions, Transaction, Tr
 const RECONNECT_DELAY_MS = 1000;
 
 /**
+ * How often the LISTEN connection is asked a `SELECT 1`, and how long it may
+ * take to answer before it is taken for dead and replaced. A connection cut
+ * off without a reset (a network partition, a NAT or failover dropping its
+ * state) otherwise looks alive for good, and no NOTIFY reaches it.
+ */
+export interface ListenCheck {
+  everyMs: number;
+  answerMs: number;
+}
+
+const LISTEN_CHECK: ListenCheck = { everyMs: 30_000, answerMs: 10_000 };
+
+/**
  * Driver over a node-postgres pool. Hot statements are sent as named
  * (prepared) statements; LISTEN holds one dedicated client, reconnecting after
- * a lost connection (a notification is only a hint, so one missed is harmless).
+ * a lost connection (a notification is only a hint, so one missed is harmless)
+ * and after one that stopped answering (see {@link ListenCheck}).
  */
 export class PgDriver implements Driver {
   readonly kind = 'pg' as const;
@@ -22,6 +36,7 @@ export class PgDriver implements Driver {
   constructor(
     private readonly pool: pg.Pool,
     private readonly ownsPool: boolean,
+    private readonly listenCheck: ListenCheck = LISTEN_CHECK,
   ) {
     this.location = poolLocation(pool);
     if (ownsPool) {
@@ -164,12 +179,11 @@ export class PgDriver implements Driver {
     if (!client) return;
     this.listenClient = undefined;
     this.detachListenClient = undefined;
-    let broken = false;
-    await client.query('UNLISTEN *').catch(() => {
-      broken = true;
-    });
+    // A connection that stopped answering must not hold up a stop: given up after the check's wait.
+    const unlistened = await answersWithin(client.query('UNLISTEN *'), this.listenCheck.answerMs);
     detach?.();
-    client.release(broken);
+    if (!unlistened) client.on('error', () => {}); // destroyed below: a late 'error' must find a listener
+    client.release(!unlistened);
   }
 
   private ensureListenClient(): Promise<void> {
@@ -185,17 +199,31 @@ export class PgDriver implements Driver {
     const onNotification = (msg: pg.Notification) => {
       for (const fn of this.listeners.get(msg.channel) ?? []) fn(msg.payload ?? '');
     };
+    let check: NodeJS.Timeout | undefined;
     const onLost = () => {
       if (this.listenClient !== client) return;
       this.listenClient = undefined;
       this.detachListenClient = undefined;
+      // Its handlers stay: a destroyed client may still emit 'error', which must find a listener.
+      clearInterval(check);
       client.release(true);
       if (!this.closed) setTimeout(() => void this.ensureListenClient().catch(() => this.scheduleRelisten()), RECONNECT_DELAY_MS).unref();
     };
     client.on('notification', onNotification);
     client.on('error', onLost);
     client.on('end', onLost);
+    let checking = false;
+    check = setInterval(() => {
+      if (checking || this.listenClient !== client) return;
+      checking = true;
+      void answersWithin(client.query('SELECT 1'), this.listenCheck.answerMs).then((answered) => {
+        checking = false;
+        if (!answered) onLost();
+      });
+    }, this.listenCheck.everyMs);
+    check.unref();
     const detach = () => {
+      clearInterval(check);
       client.off('notification', onNotification);
       client.off('error', onLost);
       client.off('end', onLost);
@@ -259,4 +287,17 @@ function poolLocation(pool: pg.Pool): string {
     }
   }
   return `postgres://${o.user ?? process.env.PGUSER ?? ''}@${o.host ?? process.env.PGHOST ?? 'localhost'}:${o.port ?? process.env.PGPORT ?? 5432}/${o.database ?? process.env.PGDATABASE ?? ''}`;
+}
+
+/** Whether `statement` succeeded within `ms` (a failure or no answer in time: false; a late outcome is ignored). */
+async function answersWithin(statement: Promise<unknown>, ms: number): Promise<boolean> {
+  let timer: NodeJS.Timeout | undefined;
+  const late = new Promise<boolean>((resolve) => {
+    timer = setTimeout(() => resolve(false), ms);
+  });
+  try {
+    return await Promise.race([statement.then(() => true, () => false), late]);
+  } finally {
+    clearTimeout(timer);
+  }
 }

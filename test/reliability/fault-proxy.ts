@@ -10,6 +10,9 @@
  * - `blackhole()`: new connections are accepted and kept but nothing is
  *   forwarded; open ones stall (what they send is held). `heal()` forwards
  *   what was held, in order, and ends the fault (and any latency).
+ * - `stallOpen()`: the connections open now stall for good (no reset, nothing
+ *   forwarded, as after a partition that dropped their state), while new ones
+ *   work.
  */
 import { createServer, connect, type Server, type Socket } from 'node:net';
 
@@ -25,6 +28,8 @@ interface Pipe {
   /** Chunks held while the proxy is black-holed (or waiting out latency), in order, per direction. */
   queues: { toUpstream: Held[]; toClient: Held[] };
   closed: boolean;
+  /** Stalled for good by `stallOpen()`: what it sends is dropped. */
+  stalled: boolean;
 }
 
 export interface FaultProxyStats {
@@ -94,6 +99,12 @@ export class FaultProxy {
     this.holding = true;
   }
 
+  /** Stalls every connection open now for good (no reset: both ends still think it open); new connections work. Returns how many. */
+  stallOpen(): number {
+    for (const pipe of this.pipes) pipe.stalled = true;
+    return this.pipes.size;
+  }
+
   /** Ends every fault: no latency, and what a black hole held is forwarded in order. */
   heal(): void {
     this.holding = false;
@@ -114,7 +125,7 @@ export class FaultProxy {
   private accept(client: Socket): void {
     this.accepted++;
     const upstream = connect({ host: this.target.host, port: this.target.port, noDelay: true });
-    const pipe: Pipe = { client, upstream, queues: { toUpstream: [], toClient: [] }, closed: false };
+    const pipe: Pipe = { client, upstream, queues: { toUpstream: [], toClient: [] }, closed: false, stalled: false };
     this.pipes.add(pipe);
     client.on('data', (chunk) => this.forward(pipe, 'toUpstream', chunk));
     upstream.on('data', (chunk) => this.forward(pipe, 'toClient', chunk));
@@ -126,6 +137,7 @@ export class FaultProxy {
   }
 
   private forward(pipe: Pipe, direction: 'toUpstream' | 'toClient', chunk: Buffer): void {
+    if (pipe.stalled) return;
     const queue = pipe.queues[direction];
     if (!this.holding && queue.length === 0 && this.delayMs === 0) {
       this.write(pipe, direction, chunk);
