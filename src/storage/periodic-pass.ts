@@ -35,7 +35,7 @@ export const RUN_TO_END: PassControl = { stopped: () => false, signal: new Abort
  * statement cancelled; that is reported as an error naming the pass.
  *
  * @example
- * const pruning = new PeriodicPass('inbox prune', 60_000, (pass) => inBatches(1000, 100, () => pruneBatch(pass.signal), pass.stopped), report);
+ * const pruning = new PeriodicPass('inbox prune', 60_000, (pass) => inBatches(1000, 100, () => pruneBatch(pass.signal), () => pass.stopped()), report);
  * pruning.start();
  * await pruning.stop(30_000); // resolves once a pass in flight has ended, cancelled after 30 s
  */
