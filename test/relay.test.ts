@@ -225,6 +225,26 @@ for (const db of testDatabases()) {
       await wrong.stop();
     });
 
+    it('a second stop() resolves only once the first has ended: the leases are back before it returns', async () => {
+      const t = await db.open();
+      const noted = defineEvent<{ n: number }>('relay.second-stop', { version: 1 });
+      let publishing: (() => void) | undefined;
+      const started = new Promise<void>((resolve) => (publishing = resolve));
+      // A publish that takes 400 ms, so the first stop waits for the round in flight.
+      const slow: RelayTarget = { name: 'slow', publish: async () => { publishing?.(); await new Promise((resolve) => setTimeout(resolve, 400)); } };
+      const relay = t.mailroom.relay({ internal: false, to: [slow], pollInterval: 50 });
+      await t.mailroom.publish(noted, { n: 1 });
+      await relay.start();
+      await started;
+      let firstEnded = false;
+      const first = relay.stop().then(() => void (firstEnded = true));
+      await relay.stop();
+      assert.equal(firstEnded, true, 'the second stop resolved while the first was still stopping');
+      const [lease] = await t.sql<{ n: number }>(`SELECT count(*)::int AS n FROM "${t.schema}".relay_cursors WHERE target = 'slow' AND holder IS NOT NULL`);
+      assert.equal(lease!.n, 0, 'the lease was handed back before the second stop resolved');
+      await first;
+    });
+
     it('reads in numeric (xid, position) order across digit boundaries', async () => {
       const t = await db.open();
       for (let n = 0; n < 12; n++) await craft(t, n, String(95 + n), n % 2 === 0 ? 'even' : null); // xids 95..106, positions 1..12

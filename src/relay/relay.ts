@@ -112,6 +112,8 @@ export class Relay extends SafeEmitter<RelayEvents> {
   readonly id: string;
   private readonly states: TargetState[];
   private state: 'idle' | 'running' | 'stopping' | 'stopped' = 'idle';
+  /** The stop in progress or done, which a second `stop()` waits for. */
+  private stopping: Promise<void> | undefined;
   private loops: Promise<void>[] = [];
   private timers: NodeJS.Timeout[] = [];
   /** The statistics refresh and the outbox prune in the background, while the relay runs. */
@@ -236,7 +238,13 @@ export class Relay extends SafeEmitter<RelayEvents> {
    */
   async stop(options: { timeout?: Duration } = {}): Promise<void> {
     const limitMs = toMilliseconds(options.timeout ?? '30s', 'stop timeout');
-    if (this.state === 'stopping' || this.state === 'stopped') return;
+    // A second stop (say `mailroom.close()` after a stop not awaited) resolves with the first, not before it.
+    if (this.state === 'stopping' || this.state === 'stopped') return this.stopping;
+    this.stopping = this.shutDown(limitMs);
+    return this.stopping;
+  }
+
+  private async shutDown(limitMs: number): Promise<void> {
     const wasRunning = this.state === 'running';
     this.state = 'stopping';
     for (const t of this.timers) clearInterval(t);
