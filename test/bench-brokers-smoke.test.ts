@@ -54,9 +54,11 @@ test('bench:brokers runs end to end at a tiny size, for each broker', { skip: mi
         const share = round.relayPerSecond / Math.max(round.ceilingBeforePerSecond, round.ceilingAfterPerSecond);
         assert.ok(Math.abs(round.relayOfCeiling - share) < 0.01, `${r.kind}: round ${i + 1}'s share ${round.relayOfCeiling} against the higher ceiling beside it (${share})`);
       });
-      // Of two rounds the median is the higher share (index 1 of the sorted two).
-      const reported = r.rounds.find((round) => round.relayOfCeiling === Math.max(...r.rounds.map((x) => x.relayOfCeiling)))!;
-      assert.equal(r.relayPerSecond, reported.relayPerSecond, `${r.kind}: the round with the median share is reported`);
+      // Of two rounds the median is the higher share (index 1 of the sorted two). Shares are rounded
+      // to three decimals, so both rounds may have it (CI saw such a tie): either may be the one reported.
+      const highest = Math.max(...r.rounds.map((x) => x.relayOfCeiling));
+      const reported = r.rounds.find((round) => round.relayOfCeiling === highest && round.relayPerSecond === r.relayPerSecond);
+      assert.ok(reported, `${r.kind}: the round with the median share (${highest}) is reported: relay ${r.relayPerSecond}, rounds ${JSON.stringify(r.rounds)}`);
       assert.equal(r.ceilingPerSecond, Math.max(reported.ceilingBeforePerSecond, reported.ceilingAfterPerSecond), `${r.kind}: its higher ceiling counts`);
       assert.equal(r.lag.length, 1);
       assert.equal(r.lag[0]!.events, 100, `${r.kind}: every event published at 100/s for 1 s reached the consumer`);
