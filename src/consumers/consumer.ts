@@ -10,7 +10,7 @@ import { retryHorizonMs } from '../retention.ts';
 import { isSnooze } from '../snooze.ts';
 import { isCancel } from '../cancel.ts';
 import type { Driver, Transaction } from '../storage/driver.ts';
-import { PeriodicPass, passWaitMs, RUN_TO_END, type PassControl } from '../storage/periodic-pass.ts';
+import { PeriodicPass, RUN_TO_END, type PassControl } from '../storage/periodic-pass.ts';
 import { inBatches } from '../storage/batches.ts';
 import type { FanOutQueries } from '../relay/fanout-queries.ts';
 import { fanOut, INTERNAL_TARGET } from '../relay/internal-target.ts';
@@ -180,7 +180,7 @@ export class Consumer extends SafeEmitter<ConsumerEvents> {
       await this.ingest?.stop();
       await this.worker.stop(options);
     };
-    await Promise.all([this.pruning?.stop(passWaitMs(limitMs)), handling()]);
+    await Promise.all([this.pruning?.stop(limitMs), handling()]);
   }
 
   /**

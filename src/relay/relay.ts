@@ -5,7 +5,7 @@ import { MailroomError } from '../errors.ts';
 import { toMilliseconds, type Duration } from '../duration.ts';
 import type { OutboxQueries } from '../events/outbox-queries.ts';
 import type { Driver } from '../storage/driver.ts';
-import { PeriodicPass, passWaitMs, RUN_TO_END, type PassControl } from '../storage/periodic-pass.ts';
+import { PeriodicPass, RUN_TO_END, type PassControl } from '../storage/periodic-pass.ts';
 import { inBatches } from '../storage/batches.ts';
 import { findHolder, type HeldBackBy } from './held-back.ts';
 import type { ResolvedRelayOptions } from './options.ts';
@@ -248,7 +248,7 @@ export class Relay extends SafeEmitter<RelayEvents> {
     const wasRunning = this.state === 'running';
     this.state = 'stopping';
     for (const t of this.timers) clearInterval(t);
-    const passes = Promise.all([this.pruning.stop(passWaitMs(limitMs)), this.refreshing.stop(passWaitMs(limitMs))]);
+    const passes = Promise.all([this.pruning.stop(limitMs), this.refreshing.stop(limitMs)]);
     for (const s of this.states) this.poke(s);
     await Promise.all(this.loops);
     await passes;

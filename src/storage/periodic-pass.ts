@@ -1,4 +1,5 @@
 import { MailroomError } from '../errors.ts';
+import { within } from '../time-limit.ts';
 
 /**
  * What a pass is told about its owner's stop: `stopped()` once the owner
@@ -11,16 +12,11 @@ export interface PassControl {
   readonly signal: AbortSignal;
 }
 
-const MAX_TIMER_MS = 2 ** 31 - 1;
-
 /**
- * How long a stop with `leftMs` of its timeout left waits for a pass in flight:
- * that, and at least a second, so that a short timeout never cuts off a batch
- * that is merely running.
+ * The least a stop waits for a pass in flight, whatever its timeout: a short
+ * timeout never cuts off a batch that is merely running.
  */
-export function passWaitMs(leftMs: number): number {
-  return Math.max(1000, leftMs);
-}
+const MIN_WAIT_MS = 1000;
 
 /** For a pass called directly (`mailroom.maintain()`, `relay.prune()`): it runs to its end. */
 export const RUN_TO_END: PassControl = { stopped: () => false, signal: new AbortController().signal };
@@ -31,8 +27,9 @@ export const RUN_TO_END: PassControl = { stopped: () => false, signal: new Abort
  * skipped), told through `stopped()` once its owner stops so that it can end
  * after its current batch, and waited for by `stop()`, so that closing the
  * pool next cuts no pass off. A pass still running when `stop(limitMs)` has
- * waited `limitMs` (blocked on a lock another session holds, say) has its
- * statement cancelled; that is reported as an error naming the pass.
+ * waited `limitMs`, and at least a second (blocked on a lock another session
+ * holds, say), has its statement cancelled; that is reported as an error
+ * naming the pass.
  *
  * @example
  * const pruning = new PeriodicPass('inbox prune', 60_000, (pass) => inBatches(1000, 100, () => pruneBatch(pass.signal), () => pass.stopped()), report);
@@ -73,8 +70,8 @@ export class PeriodicPass {
 
   /**
    * Stops the timer, tells a pass in flight to end, and resolves once it has.
-   * After `limitMs` its statement in flight is cancelled (then it ends at
-   * once), and the error says so.
+   * After `limitMs` (at least a second) its statement in flight is cancelled
+   * (then it ends at once), and the error says so.
    */
   async stop(limitMs = Number.POSITIVE_INFINITY): Promise<void> {
     clearInterval(this.#timer);
@@ -82,21 +79,11 @@ export class PeriodicPass {
     this.#stopped = true;
     const running = this.#running;
     if (!running) return;
-    // setTimeout fires at once past 2^31-1 ms: a longer limit is no limit.
-    if (limitMs > MAX_TIMER_MS) return void (await running);
-    let timer: NodeJS.Timeout | undefined;
-    const waited = new Promise<void>((resolve) => {
-      timer = setTimeout(resolve, Math.max(0, limitMs));
-    });
-    try {
-      await Promise.race([running, waited]);
-    } finally {
-      clearTimeout(timer);
-    }
-    if (this.#running !== running) return;
+    const waitMs = Math.max(MIN_WAIT_MS, limitMs);
+    if (await within(running.then(() => true), waitMs, false)) return;
     this.#abort.abort(
       new MailroomError(
-        `the ${this.name} pass was cancelled: stop() waited ${Math.round(limitMs)} ms for it to end (its statement was probably waiting for a lock ` +
+        `the ${this.name} pass was cancelled: stop() waited ${Math.round(waitMs)} ms for it to end (its statement was probably waiting for a lock ` +
           'another session holds; pg_stat_activity and pg_locks show which). Its current batch was rolled back; the next pass takes it up again',
       ),
     );

@@ -1,5 +1,6 @@
 import pg from 'pg';
 import type { Driver, NamedQuery, QueryResult, StatementOptions, Transaction, TransactionOptions } from './driver.ts';
+import { within } from '../time-limit.ts';
 
 const RECONNECT_DELAY_MS = 1000;
 
@@ -71,18 +72,13 @@ export class PgDriver implements Driver {
   private async cancellable(config: pg.QueryConfig, signal: AbortSignal): Promise<pg.QueryResult> {
     signal.throwIfAborted();
     const client = await this.pool.connect();
-    let cancelled = false;
-    const cancel = (pid: number): void => {
-      cancelled = true;
-      // The statement may have ended meanwhile, or the server be gone: then there is nothing to cancel.
-      this.pool.query('SELECT pg_cancel_backend($1)', [pid]).catch(() => {});
-    };
     let onAbort: (() => void) | undefined;
     let failed = false;
     try {
       const pid = await this.backendPid(client);
       signal.throwIfAborted();
-      onAbort = () => cancel(pid);
+      // The statement may have ended meanwhile, or the server be gone: then there is nothing to cancel.
+      onAbort = () => void this.pool.query('SELECT pg_cancel_backend($1)', [pid]).catch(() => {});
       signal.addEventListener('abort', onAbort, { once: true });
       return await client.query(config);
     } catch (error) {
@@ -92,7 +88,8 @@ export class PgDriver implements Driver {
       throw error;
     } finally {
       if (onAbort) signal.removeEventListener('abort', onAbort);
-      client.release(cancelled || failed);
+      // Aborted: a cancel request may be on its way.
+      client.release(failed || signal.aborted);
     }
   }
 
@@ -290,14 +287,6 @@ function poolLocation(pool: pg.Pool): string {
 }
 
 /** Whether `statement` succeeded within `ms` (a failure or no answer in time: false; a late outcome is ignored). */
-async function answersWithin(statement: Promise<unknown>, ms: number): Promise<boolean> {
-  let timer: NodeJS.Timeout | undefined;
-  const late = new Promise<boolean>((resolve) => {
-    timer = setTimeout(() => resolve(false), ms);
-  });
-  try {
-    return await Promise.race([statement.then(() => true, () => false), late]);
-  } finally {
-    clearTimeout(timer);
-  }
+function answersWithin(statement: Promise<unknown>, ms: number): Promise<boolean> {
+  return within(statement.then(() => true, () => false), ms, false);
 }

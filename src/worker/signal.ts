@@ -1,5 +1,4 @@
-/** The longest delay setTimeout keeps (a longer one fires at once). */
-const MAX_TIMER_MS = 2 ** 31 - 1;
+import { MAX_TIMER_MS } from '../time-limit.ts';
 
 /**
  * A change that others may wait for, with a time limit: `wait(ms)` resolves at

@@ -19,7 +19,6 @@ import { SerialLane } from './serial-lane.ts';
 import { Waker } from './waker.ts';
 import { Signal } from './signal.ts';
 import { WakeGate, wakeGateQueries } from '../storage/wake-gate.ts';
-import { passWaitMs } from '../storage/periodic-pass.ts';
 import { resolveWorkerOptions, type WorkerOptions } from './options.ts';
 
 export type { WorkerOptions } from './options.ts';
@@ -228,7 +227,7 @@ export class Worker extends SafeEmitter<WorkerEvents> {
     await this.completer.drain();
     await this.waitForRunning(Number.POSITIVE_INFINITY);
     // A maintenance pass in flight gets what is left of the timeout (at least a second), then its statement is cancelled.
-    await this.shutdownTimers(passWaitMs(deadline - Date.now()));
+    await this.shutdownTimers(deadline - Date.now());
     await this.gate.close().catch((error: unknown) => this.report(error));
     await this.unlisten?.().catch(() => {});
     this.state = 'stopped';

@@ -1,0 +1,23 @@
+/** The longest delay setTimeout keeps: a longer one fires at once. */
+export const MAX_TIMER_MS = 2 ** 31 - 1;
+
+/**
+ * `promise`'s value if it settles within `ms`, else `fallback` (a later
+ * outcome is ignored; `promise` must not reject). No time limit for `ms` past
+ * what a timer holds (`Infinity` included).
+ *
+ * @example
+ * const answered = await within(client.query('SELECT 1').then(() => true, () => false), 10_000, false);
+ */
+export async function within<T>(promise: Promise<T>, ms: number, fallback: T): Promise<T> {
+  if (ms > MAX_TIMER_MS) return promise;
+  let timer: NodeJS.Timeout | undefined;
+  const late = new Promise<T>((resolve) => {
+    timer = setTimeout(() => resolve(fallback), Math.max(0, ms));
+  });
+  try {
+    return await Promise.race([promise, late]);
+  } finally {
+    clearTimeout(timer);
+  }
+}
