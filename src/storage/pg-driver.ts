@@ -1,8 +1,10 @@
 import pg from 'pg';
 import type { Driver, NamedQuery, QueryResult, StatementOptions, Transaction, TransactionOptions } from './driver.ts';
 import { within } from '../time-limit.ts';
+import { STALL_CHECK, StalledStatements, type StallCheck } from './stalled-statements.ts';
 
 const RECONNECT_DELAY_MS = 1000;
+const ignore = (): void => {};
 
 /**
  * How often the LISTEN connection is asked a `SELECT 1`, and how long it may
@@ -33,13 +35,16 @@ export class PgDriver implements Driver {
   private listenConnecting: Promise<void> | undefined;
   private closed = false;
   private readonly pids = new WeakMap<pg.PoolClient, number>();
+  private readonly stalls: StalledStatements;
 
   constructor(
     private readonly pool: pg.Pool,
     private readonly ownsPool: boolean,
     private readonly listenCheck: ListenCheck = LISTEN_CHECK,
+    stallCheck: StallCheck = STALL_CHECK,
   ) {
     this.location = poolLocation(pool);
+    this.stalls = new StalledStatements(pool, stallCheck);
     if (ownsPool) {
       // An idle client losing its connection (server restart, terminated backend)
       // must not crash the process; the pool replaces it on next use.
@@ -54,14 +59,36 @@ export class PgDriver implements Driver {
 
   async query<R>(sql: string, params: readonly unknown[] = [], options: StatementOptions = {}): Promise<QueryResult<R>> {
     const config = { text: sql, values: params as unknown[] };
-    const result = options.signal ? await this.cancellable(config, options.signal) : await this.pool.query(config);
+    const result = options.signal ? await this.cancellable(config, options.signal) : await this.statement(config);
     return { rows: result.rows as R[], rowCount: result.rowCount ?? 0 };
   }
 
   async run<R>(query: NamedQuery, params: readonly unknown[], options: StatementOptions = {}): Promise<QueryResult<R>> {
     const config = { name: query.name, text: query.text, values: params as unknown[] };
-    const result = options.signal ? await this.cancellable(config, options.signal) : await this.pool.query(config);
+    const result = options.signal ? await this.cancellable(config, options.signal) : await this.statement(config);
     return { rows: result.rows as R[], rowCount: result.rowCount ?? 0 };
+  }
+
+  /**
+   * Runs one statement on a pooled client, as `pool.query` does (a client whose statement failed is
+   * closed), watched for a connection that stopped answering (see {@link StalledStatements}).
+   */
+  private async statement(config: pg.QueryConfig): Promise<pg.QueryResult> {
+    const client = await this.stalls.checkout();
+    // A checked-out client has no 'error' listener of the pool's: its socket failing must not crash the process.
+    client.on('error', ignore);
+    const watched = this.stalls.watch(client);
+    let failed = false;
+    try {
+      return await client.query(config);
+    } catch (error) {
+      failed = true;
+      throw this.stalls.failure(client, error);
+    } finally {
+      this.stalls.settled(watched);
+      client.off('error', ignore);
+      client.release(failed);
+    }
   }
 
   /**
@@ -71,7 +98,7 @@ export class PgDriver implements Driver {
    */
   private async cancellable(config: pg.QueryConfig, signal: AbortSignal): Promise<pg.QueryResult> {
     signal.throwIfAborted();
-    const client = await this.pool.connect();
+    const client = await this.stalls.checkout();
     let onAbort: (() => void) | undefined;
     let failed = false;
     try {
@@ -80,7 +107,7 @@ export class PgDriver implements Driver {
       // The statement may have ended meanwhile, or the server be gone: then there is nothing to cancel.
       onAbort = () => void this.pool.query('SELECT pg_cancel_backend($1)', [pid]).catch(() => {});
       signal.addEventListener('abort', onAbort, { once: true });
-      return await client.query(config);
+      return await this.stalls.track(client, client.query(config));
     } catch (error) {
       failed = true;
       // A statement cancelled for the signal rejects with the signal's reason (it says why), not 57014.
@@ -106,7 +133,8 @@ export class PgDriver implements Driver {
 
   async transaction<T>(fn: (tx: Transaction) => Promise<T>, options: TransactionOptions = {}): Promise<T> {
     const begin = beginStatement(options);
-    const client = await this.pool.connect();
+    const client = await this.stalls.checkout();
+    const send = <R extends pg.QueryResultRow>(config: string | pg.QueryConfig): Promise<pg.QueryResult<R>> => this.stalls.track(client, client.query<R>(config));
     let broken = false;
     // A checked-out client has no 'error' listener (the pool removes its own): if the server ends the
     // session mid-transaction (restart, terminated backend, idle_in_transaction_session_timeout), the
@@ -116,26 +144,26 @@ export class PgDriver implements Driver {
     };
     client.on('error', onError);
     try {
-      await client.query(begin);
+      await send(begin);
       const tx: Transaction = {
         async query<R>(sql: string, params: readonly unknown[] = []): Promise<QueryResult<R>> {
-          const result = await client.query(sql, params as unknown[]);
+          const result = await send({ text: sql, values: params as unknown[] });
           return { rows: result.rows as R[], rowCount: result.rowCount ?? 0 };
         },
         async run<R>(query: NamedQuery, params: readonly unknown[]): Promise<QueryResult<R>> {
-          const result = await client.query({ name: query.name, text: query.text, values: params as unknown[] });
+          const result = await send({ name: query.name, text: query.text, values: params as unknown[] });
           return { rows: result.rows as R[], rowCount: result.rowCount ?? 0 };
         },
         async exec(script: string): Promise<void> {
-          await client.query(script);
+          await send(script);
         },
       };
       const value = await fn(tx);
-      await client.query('COMMIT');
+      await send('COMMIT');
       return value;
     } catch (err) {
       try {
-        await client.query('ROLLBACK');
+        await send('ROLLBACK');
       } catch {
         broken = true;
       }
@@ -249,8 +277,13 @@ export class PgDriver implements Driver {
 
   async close(): Promise<void> {
     this.closed = true;
-    await this.releaseListenClient();
-    if (this.ownsPool) await this.pool.end();
+    try {
+      await this.releaseListenClient();
+      // Watched until the pool has ended: ending waits for statements still out, stalled ones too.
+      if (this.ownsPool) await this.pool.end();
+    } finally {
+      this.stalls.stop();
+    }
   }
 }
 

@@ -11,8 +11,8 @@
  *   forwarded; open ones stall (what they send is held). `heal()` forwards
  *   what was held, in order, and ends the fault (and any latency).
  * - `stallOpen()`: the connections open now stall for good (no reset, nothing
- *   forwarded, as after a partition that dropped their state), while new ones
- *   work.
+ *   forwarded, not even the server closing them, as after a partition or a
+ *   failover that dropped their state), while new ones work.
  */
 import { createServer, connect, type Server, type Socket } from 'node:net';
 
@@ -129,11 +129,12 @@ export class FaultProxy {
     this.pipes.add(pipe);
     client.on('data', (chunk) => this.forward(pipe, 'toUpstream', chunk));
     upstream.on('data', (chunk) => this.forward(pipe, 'toClient', chunk));
-    // Either side ending or failing ends the pair (a refused upstream looks like a reset to the client).
-    for (const socket of [client, upstream]) {
-      socket.on('error', () => this.teardown(pipe, true));
-      socket.on('close', () => this.teardown(pipe, false));
-    }
+    // Either side ending or failing ends the pair (a refused upstream looks like a reset to the client);
+    // the server ending a stalled connection does not reach the client either, as after a failover.
+    client.on('error', () => this.teardown(pipe, true));
+    client.on('close', () => this.teardown(pipe, false));
+    upstream.on('error', () => (pipe.stalled ? upstream.destroy() : this.teardown(pipe, true)));
+    upstream.on('close', () => (pipe.stalled ? undefined : this.teardown(pipe, false)));
   }
 
   private forward(pipe: Pipe, direction: 'toUpstream' | 'toClient', chunk: Buffer): void {

@@ -1,0 +1,225 @@
+import pg from 'pg';
+import { MailroomError } from '../errors.ts';
+import { within } from '../time-limit.ts';
+
+/**
+ * When a statement counts as unanswered, how often unanswered ones are looked
+ * at, and how long the look may take (connecting included).
+ */
+export interface StallCheck {
+  /** A statement outstanding this long is looked at. */
+  afterMs: number;
+  /** How often the outstanding statements are gone through. */
+  everyMs: number;
+  /** The look's own time limit: without an answer, nothing is decided. */
+  answerMs: number;
+}
+
+export const STALL_CHECK: StallCheck = { afterMs: 15_000, everyMs: 5_000, answerMs: 10_000 };
+
+/** Which server process a pooled connection talks to (from the server itself, once per connection). */
+interface Backend {
+  pid: number;
+  /** `backend_start` (µs since the epoch, as text): with the pid, no other process on this or another server has it. */
+  started: string;
+}
+
+/** A statement outstanding on a pooled connection. */
+export interface Outstanding {
+  client: pg.PoolClient;
+  since: number;
+}
+
+/** What the server said about one of the processes asked after. */
+interface Seen {
+  pid: number;
+  started: string;
+  state: string | null;
+  idle_ms: number | null;
+}
+
+// backend_start in microseconds since the epoch, as text: the same whatever the session's time zone.
+const STARTED = `(extract(epoch FROM backend_start) * 1000000)::bigint::text`;
+const BACKEND_SQL = `SELECT pid, ${STARTED} AS started FROM pg_stat_activity WHERE pid = pg_backend_pid()`;
+// $1 pids. A role sees other sessions' state only for its own role (or with pg_read_all_stats): a
+// state it may not see is null, and decides nothing.
+const LOOK_SQL = `SELECT pid, ${STARTED} AS started, state,
+                         (extract(epoch FROM clock_timestamp() - state_change) * 1000)::float8 AS idle_ms
+                    FROM pg_stat_activity WHERE pid = ANY($1::int[])`;
+const IDLE_STATES = new Set(['idle', 'idle in transaction', 'idle in transaction (aborted)']);
+
+/** A statement given up on: the server no longer runs it, and its connection was closed. */
+export class StalledConnectionError extends MailroomError {
+  override name = 'StalledConnectionError';
+}
+
+/**
+ * Finds pooled connections that stopped answering without being closed (a
+ * failover to another host, a partition or a NAT that dropped the connection's
+ * state), which the operating system would otherwise keep for about 15 minutes
+ * while every statement on them waits. A statement unanswered for
+ * `afterMs` is looked up from a fresh connection: when the server no longer
+ * has the connection's process, or that process sits idle (it never got the
+ * statement, or its answer was lost), the connection is closed and the
+ * statement rejects with {@link StalledConnectionError}; its caller retries as
+ * after any lost connection. A statement the server is still running (a long
+ * one, one waiting for a lock) is left alone. Idle pooled connections whose
+ * process is gone are dropped when next checked out.
+ *
+ * Behind a pooler that hands out its own process ids (PgBouncer), the process
+ * a connection talks to is not known, and its statements are not looked at.
+ *
+ * @example
+ * const stalls = new StalledStatements(pool, STALL_CHECK);
+ * const client = await stalls.checkout();
+ * try { await stalls.track(client, client.query('SELECT 1')); } finally { client.release(); }
+ */
+export class StalledStatements {
+  private readonly backends = new Map<pg.PoolClient, Backend | null>();
+  private readonly outstanding = new Set<Outstanding>();
+  private readonly gone = new WeakSet<pg.PoolClient>();
+  private readonly closedFor = new WeakMap<pg.PoolClient, string>();
+  private timer: NodeJS.Timeout | undefined;
+  private looking = false;
+  private stopped = false;
+
+  constructor(
+    private readonly pool: pg.Pool,
+    private readonly check: StallCheck = STALL_CHECK,
+  ) {}
+
+  /** A client from the pool whose process is not known to be gone, its process looked up once. */
+  async checkout(): Promise<pg.PoolClient> {
+    for (;;) {
+      const client = await this.pool.connect();
+      if (this.gone.has(client)) {
+        client.release(true);
+        continue;
+      }
+      if (!this.backends.has(client)) {
+        // A connection cut off before its first statement must not hold the caller: given up after answerMs.
+        const identified = await within(this.identify(client).then(() => true, () => false), this.check.answerMs, false);
+        if (!identified) {
+          client.release(true);
+          throw new StalledConnectionError(`PostgreSQL did not answer a pooled connection's first statement within ${this.check.answerMs} ms; the connection was closed. Check that the server is up and reachable.`);
+        }
+      }
+      return client;
+    }
+  }
+
+  /** `statement` (running on `client`), watched while it is outstanding; rejects with {@link StalledConnectionError} if given up on. */
+  async track<T>(client: pg.PoolClient, statement: Promise<T>): Promise<T> {
+    const entry = this.watch(client);
+    try {
+      return await statement;
+    } catch (error) {
+      throw this.failure(client, error);
+    } finally {
+      this.outstanding.delete(entry);
+    }
+  }
+
+  /** Watches a statement about to be sent on `client` until `settled(entry)` (what {@link track} does, for a hot path without its extra promise). */
+  watch(client: pg.PoolClient): Outstanding {
+    const entry: Outstanding = { client, since: Date.now() };
+    this.outstanding.add(entry);
+    this.timer ??= this.start();
+    return entry;
+  }
+
+  settled(entry: Outstanding): void {
+    this.outstanding.delete(entry);
+  }
+
+  /** The error a statement on `client` failed with, or a {@link StalledConnectionError} if its connection was given up on. */
+  failure(client: pg.PoolClient, error: unknown): unknown {
+    const why = this.closedFor.get(client);
+    return why === undefined ? error : new StalledConnectionError(why, { cause: error });
+  }
+
+  /** Stops looking (the driver is closing). */
+  stop(): void {
+    this.stopped = true;
+    clearInterval(this.timer);
+  }
+
+  private start(): NodeJS.Timeout {
+    const timer = setInterval(() => void this.sweep(), this.check.everyMs);
+    timer.unref();
+    return timer;
+  }
+
+  private async identify(client: pg.PoolClient): Promise<void> {
+    const { rows } = await client.query<Backend>(BACKEND_SQL);
+    const backend = rows[0];
+    // A pooler (PgBouncer) gives its own process id in the startup reply: the server's is another.
+    const direct = backend !== undefined && backend.started !== null && backend.pid === (client as unknown as { processID: number | null }).processID;
+    this.backends.set(client, direct ? backend : null);
+    client.once('end', () => this.backends.delete(client));
+  }
+
+  private async sweep(): Promise<void> {
+    if (this.looking || this.stopped) return;
+    const now = Date.now();
+    const stalled = [...this.outstanding].filter((o) => now - o.since >= this.check.afterMs && this.backends.get(o.client));
+    if (stalled.length === 0) return;
+    this.looking = true;
+    try {
+      const seen = await this.look();
+      if (seen) this.decide(seen, stalled, Date.now());
+    } finally {
+      this.looking = false;
+    }
+  }
+
+  /** The server's view of every known connection's process, from a connection of its own; undefined without an answer in time. */
+  private async look(): Promise<Map<number, Seen> | undefined> {
+    const pids = [...new Set([...this.backends.values()].flatMap((b) => (b ? [b.pid] : [])))];
+    const Client = (this.pool as unknown as { Client?: typeof pg.Client }).Client ?? pg.Client;
+    const probe = new Client({ ...(this.pool.options as pg.ClientConfig), connectionTimeoutMillis: this.check.answerMs });
+    probe.on('error', () => {});
+    const asked = (async () => {
+      await probe.connect();
+      const { rows } = await probe.query<Seen>(LOOK_SQL, [pids]);
+      return new Map(rows.map((r) => [r.pid, r]));
+    })().catch(() => undefined);
+    try {
+      return await within(asked, this.check.answerMs, undefined);
+    } finally {
+      void probe.end().catch(() => {});
+    }
+  }
+
+  private decide(seen: Map<number, Seen>, stalled: Outstanding[], now: number): void {
+    for (const [client, backend] of this.backends) {
+      if (!backend) continue;
+      const row = seen.get(backend.pid);
+      if (row === undefined || row.started !== backend.started) this.gone.add(client);
+    }
+    for (const { client, since } of stalled) {
+      const backend = this.backends.get(client);
+      if (!backend || this.closedFor.has(client)) continue;
+      const waited = now - since;
+      const row = seen.get(backend.pid);
+      let why: string | undefined;
+      if (this.gone.has(client)) {
+        why = `the server no longer has its process (${backend.pid})`;
+      } else if (row?.state && IDLE_STATES.has(row.state) && row.idle_ms !== null && row.idle_ms >= waited / 2) {
+        // Idle for at least half the wait: the statement never reached the server, or its answer was
+        // lost (an answer on its way now left the process idle only for a moment).
+        why = `its server process (${backend.pid}) has been ${row.state} for ${Math.round(row.idle_ms)} ms`;
+      }
+      if (why === undefined) continue;
+      this.closedFor.set(
+        client,
+        `PostgreSQL stopped answering a connection: a statement waited ${waited} ms and ${why}. The connection was closed ` +
+          `(it was cut off without a reset: a failover to another host, a network partition, or a NAT or firewall that dropped it). ` +
+          `The statement may have taken effect; mailroom retries its own statements, and a job whose completion was lost is run again after its lease.`,
+      );
+      this.gone.add(client);
+      // With a statement in flight, end() closes the socket at once and fails the statement.
+      void client.end().catch(() => {});
+    }
+  }
+}

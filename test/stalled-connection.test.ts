@@ -1,0 +1,176 @@
+/**
+ * Pooled connections cut off without a reset (src/storage/stalled-statements.ts).
+ * A failover to another host, a partition or a NAT that dropped a connection's
+ * state leaves the connection looking open: without a check, every statement
+ * sent on it waits for the operating system to give up (about 15 minutes), and
+ * a worker stops claiming. Here a TCP proxy (test/reliability/fault-proxy.ts)
+ * stalls the connections open at a moment, as such a fault would; the server
+ * behind it is real. A stalled statement must be given up on once the server
+ * says it is not running it, a statement the server is running must not, and
+ * a worker must go on with new connections.
+ */
+import assert from 'node:assert/strict';
+import { after, before, describe, it } from 'node:test';
+import pg from 'pg';
+import { PgDriver } from '../src/storage/pg-driver.ts';
+import { StalledConnectionError, type StallCheck } from '../src/storage/stalled-statements.ts';
+import { openMailroom } from '../src/mailroom.ts';
+import { createMailroom, defineJob } from '../src/index.ts';
+import { databaseUrl, uniqueSchema } from './helpers/databases.ts';
+import { FaultProxy } from './reliability/fault-proxy.ts';
+
+const sleep = (ms: number) => new Promise((resolve) => setTimeout(resolve, ms));
+const QUICK: StallCheck = { afterMs: 400, everyMs: 100, answerMs: 3000 };
+const LISTEN_QUICK = { everyMs: 300, answerMs: 500 };
+
+describe('pooled connections that stopped answering (PostgreSQL)', { skip: databaseUrl ? false : 'set TEST_DATABASE_URL' }, () => {
+  let proxy: FaultProxy;
+  let admin: pg.Pool;
+  let through: string;
+
+  before(async () => {
+    const server = new URL(databaseUrl!);
+    proxy = await FaultProxy.start({ host: server.hostname, port: Number(server.port || 5432) });
+    const url = new URL(databaseUrl!);
+    url.hostname = '127.0.0.1';
+    url.port = String(proxy.port);
+    through = url.toString();
+    admin = new pg.Pool({ connectionString: databaseUrl, max: 2 });
+  });
+  after(async () => {
+    await admin.end();
+    await proxy.close();
+  });
+
+  /** A driver whose pool reaches the server through the proxy. */
+  const driverThroughProxy = (check: StallCheck = QUICK, max = 4) => new PgDriver(new pg.Pool({ connectionString: through, max }), true, LISTEN_QUICK, check);
+
+  it('a statement on a stalled connection is given up on, and the next one runs on a new connection', { timeout: 30_000 }, async () => {
+    const driver = driverThroughProxy();
+    try {
+      await driver.query('SELECT 1');
+      assert.ok(proxy.stallOpen() >= 1);
+      const began = Date.now();
+      await assert.rejects(driver.query('SELECT 2'), (error: unknown) => {
+        assert.ok(error instanceof StalledConnectionError, `a StalledConnectionError, got ${String(error)}`);
+        assert.match(error.message, /PostgreSQL stopped answering a connection: a statement waited \d+ ms and its server process \(\d+\) has been idle/);
+        assert.match(error.message, /The connection was closed/);
+        return true;
+      });
+      const waited = Date.now() - began;
+      assert.ok(waited >= QUICK.afterMs && waited < 5000, `given up on after ${waited} ms (looked at after ${QUICK.afterMs} ms)`);
+      const { rows } = await driver.query<{ n: number }>('SELECT 3 AS n');
+      assert.deepEqual(rows, [{ n: 3 }]);
+    } finally {
+      await driver.close();
+    }
+  });
+
+  it('statements the server is running (a long one, one waiting for a lock) are not given up on', { timeout: 30_000 }, async () => {
+    const driver = driverThroughProxy();
+    const table = `stall_lock_${process.pid}`;
+    await admin.query(`CREATE TABLE ${table} (id int)`);
+    const holder = await admin.connect();
+    try {
+      const { rows } = await driver.query<{ done: boolean }>('SELECT true AS done FROM pg_sleep(1.2)');
+      assert.deepEqual(rows, [{ done: true }], 'a statement running three times as long as afterMs came back');
+      await holder.query(`BEGIN; LOCK TABLE ${table} IN ACCESS EXCLUSIVE MODE`);
+      const waiting = driver.query(`SELECT count(*)::int AS n FROM ${table}`);
+      await sleep(1500);
+      await holder.query('COMMIT');
+      assert.deepEqual((await waiting).rows, [{ n: 0 }], 'a statement that waited 1.5 s for a lock came back');
+      await driver.transaction(async (tx) => {
+        await tx.query('SELECT pg_sleep(1)');
+      });
+    } finally {
+      holder.release();
+      await admin.query(`DROP TABLE ${table}`);
+      await driver.close();
+    }
+  });
+
+  it('a transaction on a stalled connection is given up on and commits nothing', { timeout: 30_000 }, async () => {
+    const driver = driverThroughProxy();
+    const table = `stall_tx_${process.pid}`;
+    await admin.query(`CREATE TABLE ${table} (id int)`);
+    try {
+      await assert.rejects(
+        driver.transaction(async (tx) => {
+          await tx.query(`INSERT INTO ${table} VALUES (1)`);
+          proxy.stallOpen();
+          await tx.query(`INSERT INTO ${table} VALUES (2)`);
+        }),
+        (error: unknown) => error instanceof StalledConnectionError && /idle in transaction/.test(error.message),
+      );
+      const { rows } = await admin.query<{ n: number }>(`SELECT count(*)::int AS n FROM ${table}`);
+      assert.deepEqual(rows, [{ n: 0 }], 'nothing of the cut-off transaction committed');
+      await driver.transaction(async (tx) => {
+        await tx.query(`INSERT INTO ${table} VALUES (3)`);
+      });
+      const after = await admin.query<{ id: number }>(`SELECT id FROM ${table}`);
+      assert.deepEqual(after.rows, [{ id: 3 }], 'the next transaction ran on a new connection');
+    } finally {
+      await admin.query(`DROP TABLE ${table}`);
+      await driver.close();
+    }
+  });
+
+  it('connections whose server process is gone are given up on together: the next statement does not wait on them', { timeout: 30_000 }, async () => {
+    const check: StallCheck = { afterMs: 1000, everyMs: 100, answerMs: 3000 };
+    const driver = driverThroughProxy(check, 4);
+    try {
+      const pids = await Promise.all([1, 2, 3].map(async () => (await driver.query<{ pid: number }>('SELECT pg_backend_pid() AS pid, pg_sleep(0.1)')).rows[0]!.pid));
+      assert.equal(new Set(pids).size, 3, 'three pooled connections');
+      proxy.stallOpen();
+      // As after a failover: the server the connections talked to no longer has their processes.
+      await admin.query('SELECT pg_terminate_backend(pid) FROM unnest($1::int[]) AS pid', [pids]);
+      await assert.rejects(driver.query('SELECT 1'), (error: unknown) => error instanceof StalledConnectionError && /no longer has its process/.test(error.message));
+      const began = Date.now();
+      await driver.query('SELECT 2');
+      const took = Date.now() - began;
+      assert.ok(took < check.afterMs, `the next statement took ${took} ms: it must not wait on the other stalled connections`);
+    } finally {
+      await driver.close();
+    }
+  });
+
+  it('a worker whose connections stall goes on claiming and completing on new ones', { timeout: 60_000 }, async () => {
+    const schema = uniqueSchema('stall');
+    const direct = await createMailroom({ database: databaseUrl, schema });
+    await direct.migrate();
+    const job = defineJob<{ n: number }>('stall.work', { queue: 'stall' });
+    const stalled = await openMailroom({ schema }, async () => driverThroughProxy());
+    const ran: number[] = [];
+    const worker = stalled.worker({ queues: ['stall'], concurrency: 2, handlers: { [job.name]: async (j) => void ran.push((j.data as { n: number }).n) } });
+    const errors: unknown[] = [];
+    worker.on('error', (error) => errors.push(error));
+    try {
+      await worker.start();
+      await direct.enqueue(job, { n: 1 });
+      const until = async (n: number, ms: number) => {
+        const deadline = Date.now() + ms;
+        while (!ran.includes(n) && Date.now() < deadline) await sleep(50);
+        return ran.includes(n);
+      };
+      assert.ok(await until(1, 10_000), 'the first job ran through the proxy');
+      await sleep(300); // its completion written
+      assert.ok(proxy.stallOpen() >= 1);
+      await direct.enqueue(job, { n: 2 });
+      assert.ok(await until(2, 20_000), `the job enqueued after the stall ran (errors: ${errors.map(String).join('; ')})`);
+      const { rows } = await admin.query<{ state: string; attempt: number }>(`SELECT state, attempt FROM "${schema}".jobs ORDER BY created_at`);
+      const deadline = Date.now() + 10_000;
+      let states = rows;
+      while (states.some((r) => r.state !== 'completed') && Date.now() < deadline) {
+        await sleep(100);
+        states = (await admin.query<{ state: string; attempt: number }>(`SELECT state, attempt FROM "${schema}".jobs ORDER BY created_at`)).rows;
+      }
+      assert.deepEqual(states.map((r) => r.state), ['completed', 'completed'], 'both jobs completed');
+      assert.ok(errors.some((e) => e instanceof StalledConnectionError), 'the worker reported the stalled connection');
+    } finally {
+      await worker.stop({ timeout: '2s' });
+      await stalled.close({ timeout: '2s' });
+      await admin.query(`DROP SCHEMA "${schema}" CASCADE`);
+      await direct.close();
+    }
+  });
+});
