@@ -34,7 +34,6 @@ export class PgDriver implements Driver {
   private detachListenClient: (() => void) | undefined;
   private listenConnecting: Promise<void> | undefined;
   private closed = false;
-  private readonly pids = new WeakMap<pg.PoolClient, number>();
   private readonly stalls: StalledStatements;
 
   constructor(
@@ -102,7 +101,7 @@ export class PgDriver implements Driver {
     let onAbort: (() => void) | undefined;
     let failed = false;
     try {
-      const pid = await this.backendPid(client);
+      const pid = this.stalls.serverPid(client);
       signal.throwIfAborted();
       // The statement may have ended meanwhile, or the server be gone: then there is nothing to cancel.
       onAbort = () => void this.pool.query('SELECT pg_cancel_backend($1)', [pid]).catch(() => {});
@@ -118,17 +117,6 @@ export class PgDriver implements Driver {
       // Aborted: a cancel request may be on its way.
       client.release(failed || signal.aborted);
     }
-  }
-
-  /** The server process of a pooled client, looked up once per connection. */
-  private async backendPid(client: pg.PoolClient): Promise<number> {
-    let pid = this.pids.get(client);
-    if (pid === undefined) {
-      const { rows } = await client.query<{ pid: number }>('SELECT pg_backend_pid() AS pid');
-      pid = rows[0]!.pid;
-      this.pids.set(client, pid);
-    }
-    return pid;
   }
 
   async transaction<T>(fn: (tx: Transaction) => Promise<T>, options: TransactionOptions = {}): Promise<T> {

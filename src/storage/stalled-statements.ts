@@ -22,6 +22,8 @@ interface Backend {
   pid: number;
   /** `backend_start` (µs since the epoch, as text): with the pid, no other process on this or another server has it. */
   started: string;
+  /** False behind a pooler (PgBouncer): the pid is of the server process that answered, not necessarily the next one. */
+  direct: boolean;
 }
 
 /** A statement outstanding on a pooled connection. */
@@ -75,7 +77,7 @@ export class StalledConnectionError extends MailroomError {
  * try { await stalls.track(client, client.query('SELECT 1')); } finally { client.release(); }
  */
 export class StalledStatements {
-  private readonly backends = new Map<pg.PoolClient, Backend | null>();
+  private readonly backends = new Map<pg.PoolClient, Backend>();
   private readonly outstanding = new Set<Outstanding>();
   private readonly gone = new WeakSet<pg.PoolClient>();
   private readonly closedFor = new WeakMap<pg.PoolClient, string>();
@@ -106,6 +108,11 @@ export class StalledStatements {
       }
       return client;
     }
+  }
+
+  /** The server process of a client from {@link checkout} (for `pg_cancel_backend`). */
+  serverPid(client: pg.PoolClient): number | undefined {
+    return this.backends.get(client)?.pid;
   }
 
   /** `statement` (running on `client`), watched while it is outstanding; rejects with {@link StalledConnectionError} if given up on. */
@@ -151,18 +158,17 @@ export class StalledStatements {
   }
 
   private async identify(client: pg.PoolClient): Promise<void> {
-    const { rows } = await client.query<Backend>(BACKEND_SQL);
-    const backend = rows[0];
+    const { rows } = await client.query<Omit<Backend, 'direct'>>(BACKEND_SQL);
+    const backend = rows[0]!;
     // A pooler (PgBouncer) gives its own process id in the startup reply: the server's is another.
-    const direct = backend !== undefined && backend.started !== null && backend.pid === (client as unknown as { processID: number | null }).processID;
-    this.backends.set(client, direct ? backend : null);
+    this.backends.set(client, { ...backend, direct: backend.pid === (client as unknown as { processID: number | null }).processID });
     client.once('end', () => this.backends.delete(client));
   }
 
   private async sweep(): Promise<void> {
     if (this.looking || this.stopped) return;
     const now = Date.now();
-    const stalled = [...this.outstanding].filter((o) => now - o.since >= this.check.afterMs && this.backends.get(o.client));
+    const stalled = [...this.outstanding].filter((o) => now - o.since >= this.check.afterMs && this.backends.get(o.client)?.direct);
     if (stalled.length === 0) return;
     this.looking = true;
     try {
@@ -175,7 +181,7 @@ export class StalledStatements {
 
   /** The server's view of every known connection's process, from a connection of its own; undefined without an answer in time. */
   private async look(): Promise<Map<number, Seen> | undefined> {
-    const pids = [...new Set([...this.backends.values()].flatMap((b) => (b ? [b.pid] : [])))];
+    const pids = [...new Set([...this.backends.values()].flatMap((b) => (b.direct ? [b.pid] : [])))];
     const Client = (this.pool as unknown as { Client?: typeof pg.Client }).Client ?? pg.Client;
     const probe = new Client({ ...(this.pool.options as pg.ClientConfig), connectionTimeoutMillis: this.check.answerMs });
     probe.on('error', () => {});
@@ -193,13 +199,13 @@ export class StalledStatements {
 
   private decide(seen: Map<number, Seen>, stalled: Outstanding[], now: number): void {
     for (const [client, backend] of this.backends) {
-      if (!backend) continue;
+      if (!backend.direct) continue;
       const row = seen.get(backend.pid);
       if (row === undefined || row.started !== backend.started) this.gone.add(client);
     }
     for (const { client, since } of stalled) {
       const backend = this.backends.get(client);
-      if (!backend || this.closedFor.has(client)) continue;
+      if (!backend?.direct || this.closedFor.has(client)) continue;
       const waited = now - since;
       const row = seen.get(backend.pid);
       let why: string | undefined;
