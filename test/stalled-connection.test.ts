@@ -134,6 +134,43 @@ describe('pooled connections that stopped answering (PostgreSQL)', { skip: datab
     }
   });
 
+  it('behind a pooler (its own process ids in the startup reply, as PgBouncer gives) a stalled statement is not given up on: mailroom cannot know the server process', { timeout: 30_000 }, async () => {
+    // What PgBouncer does to the one thing the check reads from the connection: the BackendKeyData
+    // process id is the pooler's, not the server's. The server and the stall are real.
+    class PooledClient extends pg.Client {
+      constructor(config?: pg.ClientConfig) {
+        super(config);
+        // Set once the startup reply is read (pg-pool connects with a callback, after which it is read).
+        this.once('connect', () => {
+          const self = this as unknown as { processID: number };
+          self.processID = -self.processID;
+        });
+      }
+    }
+    const ownProxy = await FaultProxy.start({ host: new URL(databaseUrl!).hostname, port: Number(new URL(databaseUrl!).port || 5432) });
+    const url = new URL(databaseUrl!);
+    url.hostname = '127.0.0.1';
+    url.port = String(ownProxy.port);
+    const driver = new PgDriver(new pg.Pool({ connectionString: url.toString(), max: 2, Client: PooledClient }), true, LISTEN_QUICK, QUICK);
+    try {
+      await driver.query('SELECT 1');
+      ownProxy.stallOpen();
+      let outcome: unknown = 'pending';
+      const statement = driver.query('SELECT 2').then(
+        () => (outcome = 'answered'),
+        (error: unknown) => (outcome = error),
+      );
+      await sleep(QUICK.afterMs * 4);
+      assert.equal(outcome, 'pending', 'the statement is still waiting after four times afterMs');
+      await ownProxy.close(); // the connection ends at last (as the operating system would end it)
+      await statement;
+      assert.ok(outcome instanceof Error && !(outcome instanceof StalledConnectionError), `it failed with the connection's own end, not given up on: ${String(outcome)}`);
+    } finally {
+      await driver.close();
+      await ownProxy.close().catch(() => {});
+    }
+  });
+
   it('a worker whose connections stall goes on claiming and completing on new ones', { timeout: 60_000 }, async () => {
     const schema = uniqueSchema('stall');
     const direct = await createMailroom({ database: databaseUrl, schema });
