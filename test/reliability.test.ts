@@ -288,10 +288,23 @@ describe('fault matrix: lost, duplicated, unexpected, rolled-back, out-of-order 
     }
   });
 
-  it('the fault proxy between mailroom and PostgreSQL: latency, connection resets, a black hole, then recovery', { timeout: 240_000 }, async () => {
-    await runScenario(env!, { name: 'pgproxy', workers: 2, rabbit: rabbitOn, pgProxy: true, fault: (ctx) => proxyFaults(ctx, ctx.pgProxy!) }, async (result) => {
+  it('the fault proxy between mailroom and PostgreSQL: latency, connection resets, a black hole, connections stalled without a reset, then recovery', { timeout: 240_000 }, async () => {
+    const fault = async (ctx: FaultContext) => {
+      const faults = await proxyFaults(ctx, ctx.pgProxy!);
+      // As after a failover: every open connection stalls for good, unreset; new ones work.
+      let stalledConnections = 0;
+      for (let i = 0; i < STRETCH; i++) {
+        stalledConnections += ctx.pgProxy!.stallOpen();
+        await sleep(4_000);
+      }
+      return { ...faults, stalledConnections };
+    };
+    await runScenario(env!, { name: 'pgproxy', workers: 2, rabbit: rabbitOn, pgProxy: true, quickStallCheck: true, fault }, async (result) => {
       assertClean(result);
       assert.ok(result.faults.connectionsReset! > 0, 'no connection was reset');
+      assert.ok(result.faults.stalledConnections! > 0, 'no connection was stalled');
+      const givenUp = result.fleet.lastErrors(1000).filter((e) => /PostgreSQL stopped answering a connection/.test(e));
+      assert.ok(givenUp.length > 0, 'no process gave up on a stalled connection');
     });
   });
 

@@ -164,7 +164,8 @@ describe('pooled connections that stopped answering (PostgreSQL)', { skip: datab
       assert.equal(outcome, 'pending', 'the statement is still waiting after four times afterMs');
       await ownProxy.close(); // the connection ends at last (as the operating system would end it)
       await statement;
-      assert.ok(outcome instanceof Error && !(outcome instanceof StalledConnectionError), `it failed with the connection's own end, not given up on: ${String(outcome)}`);
+      const ended: unknown = outcome;
+      assert.ok(ended instanceof Error && !(ended instanceof StalledConnectionError), `it failed with the connection's own end, not given up on: ${String(ended)}`);
     } finally {
       await driver.close();
       await ownProxy.close().catch(() => {});

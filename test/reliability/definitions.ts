@@ -4,6 +4,7 @@
  * the process configuration and the lines a process prints.
  */
 import { defineEvent, defineJob, type Duration, type RetryOptions } from '../../src/index.ts';
+import type { StallCheck } from '../../src/storage/stalled-statements.ts';
 
 export type NodeRole = 'jobs' | 'inproc' | 'relay' | 'rabbit';
 
@@ -21,7 +22,12 @@ export interface NodeProcessConfig {
   sleepMs: [number, number];
   retry: RetryOptions;
   rabbit: { url: string; exchange: string; queue: string } | null;
+  /** The PostgreSQL driver's check of stalled connections, shortened for a scenario that stalls them (default: the driver's). */
+  stallCheck?: StallCheck;
 }
+
+/** The stall check of a scenario that stalls connections: 15 s would outlast the fault phase. */
+export const QUICK_STALL_CHECK: StallCheck = { afterMs: 1_000, everyMs: 250, answerMs: 3_000 };
 
 export interface JobPayload {
   op: string;

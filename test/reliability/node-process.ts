@@ -17,7 +17,9 @@
  */
 import { randomUUID } from 'node:crypto';
 import pg from 'pg';
-import { createMailroom, type ConsumedEvent, type ConsumerContext, type Job, type JobContext } from '../../src/index.ts';
+import { PgDriver } from '../../src/storage/pg-driver.ts';
+import { openMailroom } from '../../src/mailroom.ts';
+import { type ConsumedEvent, type ConsumerContext, type Job, type JobContext } from '../../src/index.ts';
 import { rabbitmq, rabbitmqSource } from '../../src/brokers/rabbitmq/index.ts';
 import { historyQueries } from './history-queries.ts';
 import { INPROC_GROUP, RABBIT_GROUP, relEvent, relJob, type EventPayload, type JobPayload, type NodeProcessConfig, type NodeProcessLine, type NodeRole } from './definitions.ts';
@@ -30,15 +32,15 @@ const main = async (config: NodeProcessConfig): Promise<void> => {
   const url = new URL(config.url);
   url.searchParams.set('application_name', `${config.appPrefix}-${process.pid}`);
   const h = historyQueries(`"${config.schema}"`);
-  const mailroom = await createMailroom({
-    database: url.toString(),
-    schema: config.schema,
-    poolSize: config.concurrency * config.roles.length + 6,
-    rescueInterval: config.rescueInterval,
-  });
+  // The driver createMailroom would make, with the scenario's stall check.
+  const poolSize = config.concurrency * config.roles.length + 6;
+  const mailroom = await openMailroom(
+    { schema: config.schema, poolSize, rescueInterval: config.rescueInterval },
+    async () => new PgDriver(new pg.Pool({ connectionString: url.toString(), max: poolSize }), true, undefined, config.stallCheck),
+  );
   mailroom.on('error', () => {}); // printed per role below
-  const records = new pg.Pool({ connectionString: url.toString(), max: 2 });
-  records.on('error', () => {});
+  // The run records go through a driver of their own: on a stalled connection they must not wait 15 minutes either.
+  const records = new PgDriver(new pg.Pool({ connectionString: url.toString(), max: 2 }), true, undefined, config.stallCheck);
   const [minMs, maxMs] = config.sleepMs;
   const pause = () => new Promise<void>((resolve) => setTimeout(resolve, minMs + Math.floor(Math.random() * (maxMs - minMs + 1))));
   const onError = (role: NodeRole) => (error: unknown) => print({ event: 'error', role, message: error instanceof Error ? error.message : String(error) });
@@ -46,7 +48,7 @@ const main = async (config: NodeProcessConfig): Promise<void> => {
   /** The handler of every destination: run record, effect through ctx.tx, pause, maybe an injected failure. */
   const handle = async (dest: string, op: string, key: string | null, seq: number | null, jobId: string, attempt: number, failFirst: boolean, ctx: JobContext) => {
     const run = randomUUID();
-    await records.query({ name: h.recordRun.name, text: h.recordRun.text, values: [run, dest, op, jobId, attempt, process.pid] });
+    await records.run(h.recordRun, [run, dest, op, jobId, attempt, process.pid]);
     await ctx.tx.query(h.recordEffect.text, [run, dest, op, key, seq, jobId, attempt, process.pid]);
     await pause(); // the transaction stays open meanwhile
     if (failFirst && attempt === 1) throw new Error('injected failure after the effect: it must roll back and run again');

@@ -8,9 +8,11 @@
 import { connect as amqpConnect } from 'amqplib';
 import pg from 'pg';
 import { createMailroom, type Duration, type Mailroom, type RetryOptions } from '../../src/index.ts';
+import { openMailroom } from '../../src/mailroom.ts';
+import { PgDriver } from '../../src/storage/pg-driver.ts';
 import { uniqueSchema } from '../helpers/databases.ts';
 import { NodeFleet } from './children.ts';
-import { INPROC_GROUP, relEvent, type NodeProcessConfig, type NodeRole } from './definitions.ts';
+import { INPROC_GROUP, QUICK_STALL_CHECK, relEvent, type NodeProcessConfig, type NodeRole } from './definitions.ts';
 import { FaultProxy } from './fault-proxy.ts';
 import { historyQueries } from './history-queries.ts';
 import { OpLog, checkHistory, readHistory, type CheckReport } from './history.ts';
@@ -48,6 +50,8 @@ export interface ScenarioOptions {
   /** Events also go through RabbitMQ to the `rabbit` group (needs RABBITMQ_URL). */
   rabbit: boolean;
   pgProxy?: boolean;
+  /** Every mailroom of the scenario checks stalled PostgreSQL connections with QUICK_STALL_CHECK (the fault stalls them). */
+  quickStallCheck?: boolean;
   rabbitProxy?: boolean;
   lease?: Duration;
   sleepMs?: [number, number];
@@ -156,6 +160,7 @@ export async function runScenario(env: ScenarioEnv, options: ScenarioOptions, ch
       sleepMs: options.sleepMs ?? [2, 20],
       retry: RETRY,
       rabbit,
+      ...(options.quickStallCheck ? { stallCheck: QUICK_STALL_CHECK } : {}),
     });
     cleanup.unshift(() => fleet.killAll());
     for (let i = 0; i < options.workers; i++) fleet.spawn(['jobs', 'inproc']);
@@ -164,7 +169,9 @@ export async function runScenario(env: ScenarioEnv, options: ScenarioOptions, ch
 
     const producerUrl = new URL(dbUrl);
     producerUrl.searchParams.set('application_name', `${appPrefix}-producer`);
-    const producers = await createMailroom({ database: producerUrl.toString(), schema, poolSize: 6 });
+    const producers = options.quickStallCheck
+      ? await openMailroom({ schema, poolSize: 6 }, async () => new PgDriver(new pg.Pool({ connectionString: producerUrl.toString(), max: 6 }), true, undefined, QUICK_STALL_CHECK))
+      : await createMailroom({ database: producerUrl.toString(), schema, poolSize: 6 });
     producers.on('error', () => {});
     cleanup.unshift(() => producers.close({ timeout: 500 }));
     const log = new OpLog(options.name.replace(/[^a-z]/g, '').slice(0, 8) || 'op');
