@@ -66,6 +66,24 @@ describe('pooled connections that stopped answering (PostgreSQL)', { skip: datab
     }
   });
 
+  it("a connection of a pool passed in that stalled before mailroom's first statement on it is given up on after answerMs", { timeout: 30_000 }, async () => {
+    const pool = new pg.Pool({ connectionString: through, max: 2 });
+    pool.on('error', () => {});
+    const driver = new PgDriver(pool, false, LISTEN_QUICK, QUICK);
+    try {
+      await pool.query('SELECT 1'); // the application's own statement: the connection is in the pool, unknown to mailroom
+      proxy.stallOpen();
+      const began = Date.now();
+      await assert.rejects(driver.query('SELECT 2'), (error: unknown) => error instanceof StalledConnectionError && /did not answer a pooled connection's first statement within 3000 ms/.test(error.message));
+      const waited = Date.now() - began;
+      assert.ok(waited >= QUICK.answerMs && waited < QUICK.answerMs + 2000, `given up on after ${waited} ms`);
+      assert.deepEqual((await driver.query<{ n: number }>('SELECT 3 AS n')).rows, [{ n: 3 }], 'the next statement runs on a new connection');
+    } finally {
+      await driver.close();
+      await pool.end();
+    }
+  });
+
   it('statements the server is running (a long one, one waiting for a lock) are not given up on', { timeout: 30_000 }, async () => {
     const driver = driverThroughProxy();
     const table = `stall_lock_${process.pid}`;

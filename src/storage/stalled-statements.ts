@@ -100,9 +100,11 @@ export class StalledStatements {
       }
       if (!this.backends.has(client)) {
         // A connection cut off before its first statement must not hold the caller: given up after answerMs.
-        const identified = await within(this.identify(client).then(() => true, () => false), this.check.answerMs, false);
-        if (!identified) {
+        type Outcome = 'ok' | 'no answer' | { error: unknown };
+        const outcome = await within<Outcome>(this.identify(client).then(() => 'ok', (error: unknown) => ({ error })), this.check.answerMs, 'no answer');
+        if (outcome !== 'ok') {
           client.release(true);
+          if (outcome !== 'no answer') throw outcome.error;
           throw new StalledConnectionError(`PostgreSQL did not answer a pooled connection's first statement within ${this.check.answerMs} ms; the connection was closed. Check that the server is up and reachable.`);
         }
       }
