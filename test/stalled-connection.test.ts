@@ -93,10 +93,14 @@ describe('pooled connections that stopped answering (PostgreSQL)', { skip: datab
       const { rows } = await driver.query<{ done: boolean }>('SELECT true AS done FROM pg_sleep(1.2)');
       assert.deepEqual(rows, [{ done: true }], 'a statement running three times as long as afterMs came back');
       await holder.query(`BEGIN; LOCK TABLE ${table} IN ACCESS EXCLUSIVE MODE`);
+      const connections = proxy.stats().connections;
       const waiting = driver.query(`SELECT count(*)::int AS n FROM ${table}`);
-      await sleep(1500);
+      await sleep(3500);
       await holder.query('COMMIT');
-      assert.deepEqual((await waiting).rows, [{ n: 0 }], 'a statement that waited 1.5 s for a lock came back');
+      assert.deepEqual((await waiting).rows, [{ n: 0 }], 'a statement that waited 3.5 s for a lock came back');
+      // Each look connects anew (through the proxy): at 0.4, 0.8, 1.6 and 3.2 s, not every 100 ms.
+      const looks = proxy.stats().connections - connections;
+      assert.ok(looks >= 3 && looks <= 6, `${looks} looks while the statement waited 3.5 s`);
       await driver.transaction(async (tx) => {
         await tx.query('SELECT pg_sleep(1)');
       });

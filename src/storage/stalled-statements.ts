@@ -17,6 +17,12 @@ export interface StallCheck {
 
 export const STALL_CHECK: StallCheck = { afterMs: 15_000, everyMs: 5_000, answerMs: 10_000 };
 
+/** The longest gap between two looks at a statement the server was running each time. */
+const MAX_LOOK_GAP_MS = 60_000;
+
+/** How the looks' connections name themselves (`pg_stat_activity.application_name`, connection logs). */
+export const STALL_CHECK_APPLICATION = 'mailroom stall check';
+
 /** Which server process a pooled connection talks to (from the server itself, once per connection). */
 interface Backend {
   pid: number;
@@ -30,6 +36,8 @@ interface Backend {
 export interface Outstanding {
   client: pg.PoolClient;
   since: number;
+  /** When to look at it next: `afterMs` after it was sent, then further apart while the server runs it. */
+  lookAt: number;
 }
 
 /** What the server said about one of the processes asked after. */
@@ -131,7 +139,8 @@ export class StalledStatements {
 
   /** Watches a statement about to be sent on `client` until `settled(entry)` (what {@link track} does, for a hot path without its extra promise). */
   watch(client: pg.PoolClient): Outstanding {
-    const entry: Outstanding = { client, since: Date.now() };
+    const since = Date.now();
+    const entry: Outstanding = { client, since, lookAt: since + this.check.afterMs };
     this.outstanding.add(entry);
     this.timer ??= this.start();
     return entry;
@@ -170,7 +179,7 @@ export class StalledStatements {
   private async sweep(): Promise<void> {
     if (this.looking || this.stopped) return;
     const now = Date.now();
-    const stalled = [...this.outstanding].filter((o) => now - o.since >= this.check.afterMs && this.backends.get(o.client)?.direct);
+    const stalled = [...this.outstanding].filter((o) => now >= o.lookAt && this.backends.get(o.client)?.direct);
     if (stalled.length === 0) return;
     this.looking = true;
     try {
@@ -185,7 +194,7 @@ export class StalledStatements {
   private async look(): Promise<Map<number, Seen> | undefined> {
     const pids = [...new Set([...this.backends.values()].flatMap((b) => (b.direct ? [b.pid] : [])))];
     const Client = (this.pool as unknown as { Client?: typeof pg.Client }).Client ?? pg.Client;
-    const probe = new Client({ ...(this.pool.options as pg.ClientConfig), connectionTimeoutMillis: this.check.answerMs });
+    const probe = new Client({ ...(this.pool.options as pg.ClientConfig), application_name: STALL_CHECK_APPLICATION, connectionTimeoutMillis: this.check.answerMs });
     probe.on('error', () => {});
     const asked = (async () => {
       await probe.connect();
@@ -205,10 +214,14 @@ export class StalledStatements {
       const row = seen.get(backend.pid);
       if (row === undefined || row.started !== backend.started) this.gone.add(client);
     }
-    for (const { client, since } of stalled) {
+    for (const entry of stalled) {
+      const { client, since } = entry;
       const backend = this.backends.get(client);
       if (!backend?.direct || this.closedFor.has(client)) continue;
       const waited = now - since;
+      // Left alone this time: looked at again after as long as it has waited (a long statement, or one
+      // waiting for a lock, costs a connection now and then, not one every everyMs).
+      entry.lookAt = now + Math.min(MAX_LOOK_GAP_MS, Math.max(this.check.everyMs, waited));
       const row = seen.get(backend.pid);
       let why: string | undefined;
       if (this.gone.has(client)) {
