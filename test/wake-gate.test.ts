@@ -388,6 +388,38 @@ for (const db of testDatabases()) {
       },
     );
     it(
+      'a relay held back for seconds with a long poll looks again at least every second: it delivers within about a second of the holder commit',
+      { skip: db.name === 'pglite' ? 'PGlite serves one connection: no transaction held open beside the relay' : false },
+      async () => {
+        const t = await db.open({ poolSize: 12 });
+        const pool = (await db.handle()) as pg.Pool;
+        const target = sink();
+        const relay = t.mailroom.relay({ internal: false, to: [target], pollInterval: '1m' });
+        await relay.start();
+        await asleep(t, relay.id);
+        const holder = await pool.connect();
+        try {
+          // Another application's long transaction (it has an xid, publishes nothing, and its commit notifies nobody).
+          await holder.query('BEGIN');
+          await holder.query('SELECT pg_current_xact_id()');
+          await t.mailroom.publish(noted, { n: -2 });
+          // Doubled from 50 ms on every round that delivers nothing, the relay's waits would sum to 3.15 s and the
+          // next one last 3.2 s: held 4 s, the event would come about 2.3 s after the commit.
+          await new Promise((r) => setTimeout(r, 4000));
+          assert.equal(target.ns.length, 0, 'nothing delivered while the fence is held');
+          const committed = Date.now();
+          await holder.query('COMMIT');
+          await eventually(() => target.ns.includes(-2), 10_000, 'the held-back event delivered');
+          const after = Date.now() - committed;
+          assert.ok(after < 1500, `delivered ${after} ms after the holder committed`);
+        } finally {
+          await holder.query('ROLLBACK').catch(() => {});
+          holder.release();
+          await relay.stop();
+        }
+      },
+    );
+    it(
       'a relay notified fast stops asking for NOTIFY, polls while events come, and asks again once they stop',
       { skip: db.name === 'pglite' ? 'PGlite serves one connection: no concurrent publishers' : false },
       async () => {

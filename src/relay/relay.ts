@@ -81,6 +81,12 @@ class LeaseLost extends Error {}
 
 const HELD_BACK_REPORT_MS = 10_000;
 const HELD_BACK_RECHECK_MS = 50;
+/**
+ * The longest wait between two looks while held back, whatever `pollInterval`: the end of the holding
+ * transaction sends no NOTIFY, and any long transaction on the server (another application's) holds
+ * the fence, so a relay relying on NOTIFY with a long poll would otherwise deliver long after it ended.
+ */
+const HELD_BACK_MAX_MS = 1_000;
 const PRUNE_BATCH = 1000;
 const MAX_PRUNE_BATCHES = 100;
 const MAX_ERROR_BACKOFF_MS = 5_000;
@@ -365,11 +371,11 @@ export class Relay extends SafeEmitter<RelayEvents> {
         }
         s.emptyAgain = 0;
         // The end of the transaction that holds the fence sends no NOTIFY: look again soon, backing off to the
-        // poll while rounds deliver nothing. A round that delivered starts the back-off over: with publishers
+        // poll (at most HELD_BACK_MAX_MS) while rounds deliver nothing. A round that delivered starts the back-off over: with publishers
         // always in flight, every round ends held back, and the doubling would otherwise reach the poll. Each
         // step doubles the wait actually slept, which the gate cuts to a few ms while the relay polls fast.
         const fresh = heldDelay === 0 || round.delivered > 0;
-        heldDelay = after === 'held-back' ? this.gate.capped(Math.min(this.options.pollMs, fresh ? HELD_BACK_RECHECK_MS : heldDelay * 2)) : 0;
+        heldDelay = after === 'held-back' ? this.gate.capped(Math.min(this.options.pollMs, HELD_BACK_MAX_MS, fresh ? HELD_BACK_RECHECK_MS : heldDelay * 2)) : 0;
         // Idle: publishers notify only once this relay says it sleeps (a short look again first, see WakeGate).
         await this.sleep(s, heldDelay || (await this.gate.idle()));
       } catch (error) {
