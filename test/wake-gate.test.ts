@@ -98,6 +98,17 @@ async function asleep(t: TestMailroom, id: string, channel = 'outbox'): Promise<
   await new Promise((r) => setTimeout(r, 300));
 }
 
+/** A relay to a sink (poll 1 minute), asleep, on a fresh schema of `db`, and the shared pool for transactions held beside it. */
+async function sleepingRelay(db: TestDatabase, options: { poolSize?: number } = {}) {
+  const t = await db.open(options);
+  const pool = (await db.handle()) as pg.Pool;
+  const target = sink();
+  const relay = t.mailroom.relay({ internal: false, to: [target], pollInterval: '1m' });
+  await relay.start();
+  await asleep(t, relay.id);
+  return { t, pool, target, relay };
+}
+
 /**
  * Runs `fn` while the listener gets notifications with the payload `noise` in bursts of 60 every 20 ms
  * (past {@link BUSY_NOTIFIES} within 100 ms in each burst). `fn` gets the time at which the listener
@@ -301,12 +312,7 @@ for (const db of testDatabases()) {
       'a relay held back round after round while it delivers looks again soon once the holder commits, not after a doubled wait',
       { skip: db.name === 'pglite' ? 'PGlite serves one connection: no transaction held open beside the relay' : false },
       async () => {
-        const t = await db.open();
-        const pool = (await db.handle()) as pg.Pool;
-        const target = sink();
-        const relay = t.mailroom.relay({ internal: false, to: [target], pollInterval: '1m' });
-        await relay.start();
-        await asleep(t, relay.id);
+        const { t, pool, target, relay } = await sleepingRelay(db);
         let holder: pg.PoolClient | undefined;
         try {
           // Each step: a transaction holds the fence with an event of its own; an event committed after it waits
@@ -349,12 +355,7 @@ for (const db of testDatabases()) {
       'a relay held back just as it polls fast backs off from its short waits, not to the poll: it delivers soon after the holder commits',
       { skip: db.name === 'pglite' ? 'PGlite serves one connection: no transaction held open beside the relay' : false },
       async () => {
-        const t = await db.open({ poolSize: 12 });
-        const pool = (await db.handle()) as pg.Pool;
-        const target = sink();
-        const relay = t.mailroom.relay({ internal: false, to: [target], pollInterval: '1m' });
-        await relay.start();
-        await asleep(t, relay.id);
+        const { t, pool, target, relay } = await sleepingRelay(db, { poolSize: 12 });
         let publishing = true;
         let n = 0;
         // One publisher, an event per transaction, from before the trip until the fence is held below: the relay
@@ -391,12 +392,7 @@ for (const db of testDatabases()) {
       'a relay held back for seconds with a long poll looks again at least every second: it delivers within about a second of the holder commit',
       { skip: db.name === 'pglite' ? 'PGlite serves one connection: no transaction held open beside the relay' : false },
       async () => {
-        const t = await db.open({ poolSize: 12 });
-        const pool = (await db.handle()) as pg.Pool;
-        const target = sink();
-        const relay = t.mailroom.relay({ internal: false, to: [target], pollInterval: '1m' });
-        await relay.start();
-        await asleep(t, relay.id);
+        const { t, pool, target, relay } = await sleepingRelay(db, { poolSize: 12 });
         const holder = await pool.connect();
         try {
           // Another application's long transaction (it has an xid, publishes nothing, and its commit notifies nobody).
