@@ -371,9 +371,10 @@ export class Relay extends SafeEmitter<RelayEvents> {
         }
         s.emptyAgain = 0;
         // The end of the transaction that holds the fence sends no NOTIFY: look again soon, backing off to the
-        // poll (at most HELD_BACK_MAX_MS) while rounds deliver nothing. A round that delivered starts the back-off over: with publishers
-        // always in flight, every round ends held back, and the doubling would otherwise reach the poll. Each
-        // step doubles the wait actually slept, which the gate cuts to a few ms while the relay polls fast.
+        // poll (at most HELD_BACK_MAX_MS) while rounds deliver nothing. A round that delivered starts the
+        // back-off over: with publishers always in flight, every round ends held back, and the doubling would
+        // otherwise reach the poll. Each step doubles the wait actually slept, which the gate cuts to a few ms
+        // while the relay polls fast.
         const fresh = heldDelay === 0 || round.delivered > 0;
         heldDelay = after === 'held-back' ? this.gate.capped(Math.min(this.options.pollMs, HELD_BACK_MAX_MS, fresh ? HELD_BACK_RECHECK_MS : heldDelay * 2)) : 0;
         // Idle: publishers notify only once this relay says it sleeps (a short look again first, see WakeGate).

@@ -21,7 +21,7 @@ export const STALL_CHECK: StallCheck = { afterMs: 15_000, everyMs: 5_000, answer
 const MAX_LOOK_GAP_MS = 60_000;
 
 /** How the looks' connections name themselves (`pg_stat_activity.application_name`, connection logs). */
-export const STALL_CHECK_APPLICATION = 'mailroom stall check';
+const STALL_CHECK_APPLICATION = 'mailroom stall check';
 
 /** Which server process a pooled connection talks to (from the server itself, once per connection). */
 interface Backend {
