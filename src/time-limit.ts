@@ -21,3 +21,26 @@ export async function within<T>(promise: Promise<T>, ms: number, fallback: T): P
     clearTimeout(timer);
   }
 }
+
+/**
+ * `promise`'s outcome, or a rejection with `signal`'s reason as soon as it
+ * aborts (already aborted: at once). A later outcome of `promise` is ignored,
+ * its rejection included.
+ *
+ * @example
+ * await unlessAborted(target.publish(events, context), stopping.signal);
+ */
+export async function unlessAborted<T>(promise: Promise<T>, signal: AbortSignal): Promise<T> {
+  promise.catch(() => {});
+  signal.throwIfAborted();
+  let onAbort: (() => void) | undefined;
+  const aborted = new Promise<never>((_, reject) => {
+    onAbort = () => reject(signal.reason);
+    signal.addEventListener('abort', onAbort, { once: true });
+  });
+  try {
+    return await Promise.race([promise, aborted]);
+  } finally {
+    signal.removeEventListener('abort', onAbort!);
+  }
+}

@@ -12,7 +12,7 @@ import { after, describe, it } from 'node:test';
 import assert from 'node:assert/strict';
 import pg from 'pg';
 import { createMailroom, defineEvent, defineJob, type Mailroom, type Relay, type RelayTarget } from '../src/index.ts';
-import { databaseUrl, uniqueSchema } from './helpers/databases.ts';
+import { databaseUrl, testDatabases, uniqueSchema } from './helpers/databases.ts';
 
 const HELD_MS = 400;
 const sleep = (ms: number) => new Promise((resolve) => setTimeout(resolve, ms));
@@ -227,5 +227,154 @@ describe('stopping waits for background passes in flight, and cancels one still 
     } finally {
       await admin.end();
     }
+  });
+});
+
+/** A target whose publish never answers; `entered` resolves at its first call. */
+function hangingTarget(name: string, readAhead: boolean): { target: RelayTarget; entered: Promise<void> } {
+  let enter!: () => void;
+  const entered = new Promise<void>((resolve) => (enter = resolve));
+  const target: RelayTarget = {
+    name,
+    readAhead,
+    publish: () => {
+      enter();
+      return new Promise<never>(() => {});
+    },
+  };
+  return { target, entered };
+}
+
+/** Stops `relay` with a 1 s timeout and checks it resolved after about that long, with one error naming `target`'s round. */
+async function stopCutsRoundShort(relay: Relay, errors: unknown[], target: string): Promise<void> {
+  const began = Date.now();
+  await relay.stop({ timeout: '1s' });
+  const waited = Date.now() - began;
+  assert.ok(waited >= 950, `stop() resolved after ${waited} ms, before its timeout of 1000 ms`);
+  assert.ok(waited < 4000, `stop() took ${waited} ms with a timeout of 1000 ms: the round in flight was waited for`);
+  const messages = errors.map((e) => (e instanceof Error ? e.message : String(e)));
+  assert.equal(messages.length, 1, `one error reported, got: ${messages.join(' | ')}`);
+  assert.match(messages[0]!, new RegExp(`the round in flight for target ${target} did not end within stop\\(\\)'s timeout of 1000 ms`));
+}
+
+describe("a relay's stop does not wait past its timeout for a round in flight (PostgreSQL)", { skip: databaseUrl ? false : 'TEST_DATABASE_URL is not set' }, () => {
+  const schemas: string[] = [];
+  const clients: pg.Client[] = [];
+  after(async () => {
+    for (const c of clients) await c.end().catch(() => {});
+    for (const m of mailrooms) await m.close({ timeout: 1000 }).catch(() => {});
+    const admin = new pg.Client({ connectionString: databaseUrl });
+    await admin.connect();
+    for (const s of schemas) await admin.query(`DROP SCHEMA IF EXISTS "${s}" CASCADE`);
+    await admin.end();
+  });
+
+  async function admin(): Promise<pg.Client> {
+    const client = new pg.Client({ connectionString: databaseUrl });
+    await client.connect();
+    clients.push(client);
+    return client;
+  }
+
+  for (const readAhead of [false, true]) {
+    it(`a ${readAhead ? 'read-ahead' : 'transactional'} target's publish that never answers is left behind; its lease runs out and another relay delivers the batch`, { timeout: 60_000 }, async () => {
+      const opened = await openOwn({});
+      const { mailroom, schema, errors } = opened;
+      schemas.push(schema);
+      const noted = defineEvent<{ n: number }>(`shutdown.hung-${readAhead ? 'ahead' : 'tx'}`, { version: 1 });
+      const { target, entered } = hangingTarget('hung', readAhead);
+      const relay = mailroom.relay({ to: [target], internal: false, pollInterval: 50, lease: '4s' });
+      await relay.start();
+      const published = await mailroom.publishMany(noted, [{ n: 1 }, { n: 2 }, { n: 3 }]);
+      await entered;
+      await stopCutsRoundShort(relay, errors, 'hung');
+
+      const db = await admin();
+      const { rows } = await db.query(`SELECT holder, (extract(epoch FROM locked_until) * 1000)::float8 AS until FROM "${schema}".relay_cursors WHERE target = 'hung'`);
+      assert.equal(rows[0].holder, relay.id, 'the lease was not handed back while the publish may still be out');
+      const leaseEnds = rows[0].until as number;
+      assert.ok(leaseEnds > Date.now(), 'the lease still runs');
+      // The round's transaction was ended: with its connection still checked out, the pool's end would wait.
+      const closing = Date.now();
+      await mailroom.close();
+      assert.ok(Date.now() - closing < 2000, `close() took ${Date.now() - closing} ms after the stop`);
+
+      const next = await createMailroom({ database: databaseUrl, schema });
+      mailrooms.push(next);
+      const got: string[] = [];
+      let acquiredAt = 0;
+      const all = new Promise<void>((resolve) => {
+        const sink: RelayTarget = {
+          name: 'hung',
+          publish: async (events) => {
+            for (const e of events) got.push(e.envelope.id);
+            if (got.length >= 3) resolve();
+          },
+        };
+        const second = next.relay({ to: [sink], internal: false, pollInterval: 50 });
+        second.on('lease-acquired', () => (acquiredAt = Date.now()));
+        void second.start();
+      });
+      await Promise.race([all, sleep(15_000).then(() => assert.fail(`the next relay delivered ${got.length} of 3 events in 15 s`))]);
+      assert.ok(acquiredAt >= leaseEnds - 100, `the next relay took the lease ${leaseEnds - acquiredAt} ms before it ran out`);
+      assert.deepEqual([...got].sort(), published.ids.sort(), 'every event delivered, once');
+    });
+  }
+
+  it("a round waiting for a lock past the stop's timeout has its statement cancelled: nothing waits for the lock after the stop", { timeout: 60_000 }, async () => {
+    const opened = await openOwn({});
+    const { mailroom, schema, errors } = opened;
+    schemas.push(schema);
+    const noted = defineEvent<{ n: number }>('shutdown.locked-round', { version: 1 });
+    let delivered = 0;
+    const sink: RelayTarget = { name: 'sink', publish: async (events) => void (delivered += events.length) };
+    const relay = mailroom.relay({ to: [sink], internal: false, pollInterval: 50 });
+    const first = new Promise<void>((resolve) => relay.on('delivered', () => resolve()));
+    await relay.start();
+    await mailroom.publish(noted, { n: 0 });
+    await first;
+    // The cursor's row locked from outside: the next round's fenced start waits for it.
+    const db = await admin();
+    await db.query('BEGIN');
+    const holder = (await db.query('SELECT pg_backend_pid() AS pid')).rows[0].pid as number;
+    await db.query(`SELECT 1 FROM "${schema}".relay_cursors WHERE target = 'sink' FOR UPDATE`);
+    await mailroom.publishMany(noted, [{ n: 1 }, { n: 2 }]);
+    const waiting = async () => {
+      await db.query('SELECT pg_stat_clear_snapshot()');
+      return (await db.query('SELECT count(*)::int AS n FROM pg_stat_activity WHERE $1 = ANY(pg_blocking_pids(pid))', [holder])).rows[0].n as number;
+    };
+    const deadline = Date.now() + 10_000;
+    while ((await waiting()) === 0) {
+      assert.ok(Date.now() < deadline, 'no round waited for the locked cursor within 10 s');
+      await sleep(25);
+    }
+    await stopCutsRoundShort(relay, errors, 'sink');
+    assert.equal(await waiting(), 0, 'a statement of the relay still waits for the lock after stop() resolved');
+    await db.query('COMMIT');
+    assert.equal(delivered, 1, 'the round cut short delivered nothing');
+    const closing = Date.now();
+    await mailroom.close();
+    assert.ok(Date.now() - closing < 2000, `close() took ${Date.now() - closing} ms after the stop`);
+  });
+});
+
+describe("a relay's stop does not wait past its timeout for a round in flight (PGlite)", () => {
+  it('a publish that never answers is left behind and its transaction rolled back: the one connection answers again', { timeout: 60_000 }, async () => {
+    const [pglite] = testDatabases();
+    const t = await pglite!.open();
+    const errors: unknown[] = [];
+    t.mailroom.on('error', ({ error }) => void errors.push(error));
+    const noted = defineEvent<{ n: number }>('shutdown.hung-embedded', { version: 1 });
+    const { target, entered } = hangingTarget('hung', false);
+    const relay = t.mailroom.relay({ to: [target], internal: false, pollInterval: 50 });
+    await relay.start();
+    await t.mailroom.publish(noted, { n: 1 });
+    await entered;
+    await stopCutsRoundShort(relay, errors, 'hung');
+    // PGlite serves one connection: a transaction left open would hold every later statement.
+    const answered = await Promise.race([t.sql<{ n: number }>(`SELECT count(*)::int AS n FROM "${t.schema}".outbox`).then((rows) => rows[0]!.n), sleep(5000).then(() => 'no answer')]);
+    assert.equal(answered, 1, 'the embedded database answers after the stop, and the event is still in the outbox');
+    const cursor = await t.sql<{ delivered: string }>(`SELECT cursor_position::text AS delivered FROM "${t.schema}".relay_cursors WHERE target = 'hung'`);
+    assert.equal(cursor[0]?.delivered, '0', 'the cursor did not move past the undelivered event');
   });
 });

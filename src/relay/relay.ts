@@ -6,6 +6,8 @@ import { toMilliseconds, type Duration } from '../duration.ts';
 import type { OutboxQueries } from '../events/outbox-queries.ts';
 import type { Driver } from '../storage/driver.ts';
 import { PeriodicPass, RUN_TO_END, type PassControl } from '../storage/periodic-pass.ts';
+import { abortableDriver } from '../storage/abortable-driver.ts';
+import { unlessAborted, within } from '../time-limit.ts';
 import { inBatches } from '../storage/batches.ts';
 import { findHolder, type HeldBackBy } from './held-back.ts';
 import type { ResolvedRelayOptions } from './options.ts';
@@ -95,6 +97,9 @@ const STATISTICS_INTERVAL_MS = 5_000;
 /** Rounds in a row that found events deliverable yet delivered none: past this, a relay stops and says so instead of spinning. */
 const MAX_EMPTY_AGAIN = 100;
 
+/** After a stop's timeout, how long rounds whose statements were cancelled get to end, and the least a release or a target's close() is given. */
+const HALT_GRACE_MS = 1000;
+
 /**
  * How late, with a relay running, an event whose broker confirm was lost can
  * be published again: after a crash between the confirm and the cursor's
@@ -130,6 +135,10 @@ export class Relay extends SafeEmitter<RelayEvents> {
   private readonly gate: WakeGate;
   /** Which outbox this is (`RelayContext.origin`), read once; undefined when the database does not say. */
   private originRead: Promise<string | undefined> | undefined;
+  /** Aborted when a stop's timeout is spent with rounds still in flight: their statements are cancelled and they are waited for no more. */
+  private readonly halt = new AbortController();
+  /** The driver the rounds use: {@link halt} cancels what they run. */
+  private readonly db: Driver;
 
   /** @internal use `mailroom.relay()` */
   constructor(
@@ -146,6 +155,7 @@ export class Relay extends SafeEmitter<RelayEvents> {
   ) {
     super();
     this.id = options.id;
+    this.db = abortableDriver(driver, this.halt.signal);
     const report = (error: unknown) => this.report(error);
     this.gate = new WakeGate(driver, wakeQueries, ['outbox'], this.id, options.pollMs, report);
     // Only a relay holding a lease prunes; each pass ends after its current batch once the relay stops.
@@ -161,7 +171,7 @@ export class Relay extends SafeEmitter<RelayEvents> {
       lastHeldBackReport: 0,
       ahead: null,
       emptyAgain: 0,
-      parked: new ParkedEvents(driver, queries, target.name),
+      parked: new ParkedEvents(this.db, queries, target.name),
       readSize: ReadSize.of(this.options.batchSize),
     }));
   }
@@ -237,7 +247,9 @@ export class Relay extends SafeEmitter<RelayEvents> {
    * another relay can take over at once. A background pass in flight (outbox
    * prune, statistics) ends after its current batch; one still running after
    * `timeout` (default `'30s'`, at least a second; blocked on a lock, say) has
-   * its statement cancelled, and the relay reports that as an error.
+   * its statement cancelled, and the relay reports that as an error. A round
+   * still running then (a lock, a publish never answered) is cut short the
+   * same way, reported, and its target's lease left to run out, as after a crash.
    *
    * @example
    * process.on('SIGTERM', () => relay.stop({ timeout: '10s' }));
@@ -252,26 +264,63 @@ export class Relay extends SafeEmitter<RelayEvents> {
 
   private async shutDown(limitMs: number): Promise<void> {
     const wasRunning = this.state === 'running';
+    const deadline = Date.now() + limitMs;
     this.state = 'stopping';
     for (const t of this.timers) clearInterval(t);
     const passes = Promise.all([this.pruning.stop(limitMs), this.refreshing.stop(limitMs)]);
     for (const s of this.states) this.poke(s);
-    await Promise.all(this.loops);
+    const ended = this.states.map(() => false);
+    const drained = Promise.all(this.loops).then(() =>
+      Promise.all(
+        this.states.map(async (s, i) => {
+          await s.busy; // a flush() in flight
+          await this.dropReadAhead(s);
+          ended[i] = true;
+        }),
+      ),
+    );
+    // Rounds still in flight after the timeout are cut short: their statements cancelled, a publish left unanswered.
+    const cut = (await within(drained.then(() => true), limitMs, false)) ? [] : this.states.filter((_, i) => !ended[i]);
+    if (cut.length > 0) {
+      this.halt.abort(new MailroomError(`relay ${this.id} stopped: stop()'s timeout of ${limitMs} ms was spent with rounds in flight`));
+      this.report(this.cutShort(cut, limitMs));
+      await within(drained, HALT_GRACE_MS, undefined);
+    }
     await passes;
     for (const s of this.states) {
-      await s.busy; // a flush() in flight
-      await this.dropReadAhead(s);
-
-      if (s.token === null) continue;
-      await this.driver.run(this.queries.release, [s.target.name, this.id, s.token]).catch((e: unknown) => this.report(e));
+      const token = s.token;
       s.token = null;
+      // A round cut short may still have a publish out: its lease runs out instead, as after a crash.
+      if (token === null || cut.includes(s)) continue;
+      const signal = AbortSignal.timeout(Math.max(HALT_GRACE_MS, deadline - Date.now()));
+      await this.driver.run(this.queries.release, [s.target.name, this.id, token], { signal }).catch((e: unknown) => this.report(e));
     }
-    for (const s of this.states) await s.target.close?.().catch((e: unknown) => this.report(e));
+    for (const s of this.states) {
+      const closing = Promise.resolve()
+        .then(() => s.target.close?.())
+        .then(
+          () => true,
+          (e: unknown) => (this.report(e), true),
+        );
+      if (!(await within(closing, Math.max(HALT_GRACE_MS, deadline - Date.now()), false))) {
+        this.report(new MailroomError(`relay ${this.id}: target ${s.target.name}'s close() did not resolve within the stop's timeout; the relay stopped without waiting for it`));
+      }
+    }
     if (wasRunning) {
       await this.gate.close().catch((e: unknown) => this.report(e));
       await this.unlisten?.().catch(() => {});
     }
     this.state = 'stopped';
+  }
+
+  /** Says which targets' rounds a stop cut short, and what becomes of their events. */
+  private cutShort(cut: readonly TargetState[], limitMs: number): MailroomError {
+    const names = cut.map((s) => s.target.name).join(', ');
+    return new MailroomError(
+      `relay ${this.id}: the round in flight for target ${names} did not end within stop()'s timeout of ${limitMs} ms (a statement waiting for a lock, or a publish not answered). ` +
+        `Its statements were cancelled and a publish still unanswered was left behind; the lease is left to run out (within ${this.options.leaseMs} ms) instead of being handed back, ` +
+        'so that no other relay delivers beside it. Another relay then delivers again whatever the round had not recorded as delivered: nothing is lost, and consumers drop the copies by event id',
+    );
   }
 
   /**
@@ -355,7 +404,7 @@ export class Relay extends SafeEmitter<RelayEvents> {
             continue;
           }
         }
-        const round = await this.serialized(s, () => this.round(s));
+        const round = await unlessAborted(this.serialized(s, () => this.round(s)), this.halt.signal);
         errorDelay = 0;
         if (round.kind === 'lost') {
           s.token = null;
@@ -380,6 +429,7 @@ export class Relay extends SafeEmitter<RelayEvents> {
         // Idle: publishers notify only once this relay says it sleeps (a short look again first, see WakeGate).
         await this.sleep(s, heldDelay || (await this.gate.idle()));
       } catch (error) {
+        if (this.halt.signal.aborted) break; // the stop's timeout is spent: reported once, by the stop
         this.report(error);
         errorDelay = Math.min(MAX_ERROR_BACKOFF_MS, Math.max(100, errorDelay * 2));
         await this.sleep(s, errorDelay);
@@ -394,7 +444,7 @@ export class Relay extends SafeEmitter<RelayEvents> {
   }
 
   private async acquire(s: TargetState): Promise<string | null> {
-    const { rows } = await this.driver.run<{ token: string }>(this.queries.acquire, [s.target.name, this.id, this.options.leaseMs]);
+    const { rows } = await this.db.run<{ token: string }>(this.queries.acquire, [s.target.name, this.id, this.options.leaseMs]);
     const token = rows[0]?.token ?? null;
     if (token === null) return null;
     // Without the list, a parked event met again is refused and parked again (kept as it was), then left out.
@@ -408,7 +458,7 @@ export class Relay extends SafeEmitter<RelayEvents> {
       const token = s.token;
       if (token === null) continue;
       try {
-        const { rowCount } = await this.driver.run(this.queries.renew, [s.target.name, this.id, token, this.options.leaseMs]);
+        const { rowCount } = await this.db.run(this.queries.renew, [s.target.name, this.id, token, this.options.leaseMs]);
         if (rowCount === 0 && s.token === token) {
           s.token = null;
           this.emit('lease-lost', { target: s.target.name });
@@ -426,7 +476,7 @@ export class Relay extends SafeEmitter<RelayEvents> {
    * a moment's outage does not leave the targets without it for good.
    */
   private origin(): Promise<string | undefined> {
-    this.originRead ??= this.driver.run<{ origin: string }>(this.queries.origin, []).then(
+    this.originRead ??= this.db.run<{ origin: string }>(this.queries.origin, []).then(
       ({ rows }) => rows[0]?.origin,
       (error: unknown) => {
         if ((error as { code?: unknown } | null)?.code === '42501') return undefined; // insufficient_privilege
@@ -447,13 +497,13 @@ export class Relay extends SafeEmitter<RelayEvents> {
     if (token === null) return { kind: 'lost' };
     const name = s.target.name;
     const origin = await this.origin();
-    const fence = await readFence(this.driver, this.queries);
+    const fence = await readFence(this.db, this.queries);
     let start: OutboxPoint | null = null;
     let sent: StoredEvent[] = [];
     try {
       // A relay paused with the round open (SIGSTOP) must not hold the cursor past its lease: the
       // server ends a transaction left idle that long.
-      const result = await this.driver.transaction(async (tx): Promise<Round> => {
+      const result = await this.db.transaction(async (tx): Promise<Round> => {
         const begun = await tx.query<{ cursor_xid: string; cursor_position: string }>(this.queries.beginRound.text, [name, this.id, token, this.options.leaseMs]);
         const row = begun.rows[0];
         if (!row) return { kind: 'lost' };
@@ -531,7 +581,7 @@ export class Relay extends SafeEmitter<RelayEvents> {
     const name = s.target.name;
     const origin = await this.origin();
     const read = (from: OutboxPoint | null) =>
-      readBatch({ driver: this.driver, queries: this.queries, target: name, holder: this.id, token, leaseMs: this.options.leaseMs, batchSize: s.readSize.current, from });
+      readBatch({ driver: this.db, queries: this.queries, target: name, holder: this.id, token, leaseMs: this.options.leaseMs, batchSize: s.readSize.current, from });
     const ahead = s.ahead === null ? null : await s.ahead.catch((error: unknown) => (this.report(error), null));
     s.ahead = null;
     let batch = ahead?.batch ?? null;
@@ -555,13 +605,13 @@ export class Relay extends SafeEmitter<RelayEvents> {
     const publishing = sent === null ? publishAgain() : sent.then((confirmed) => (confirmed ? undefined : publishAgain()));
     if (!plan.exhausted && plan.blockedBy === null) s.ahead = this.readNext(s, read(next), events.at(-1) ?? null, origin);
     try {
-      await publishing;
+      await unlessAborted(publishing, this.halt.signal);
     } catch (error) {
       await this.dropReadAhead(s);
       if (error instanceof RefusedEventError) return this.refused(s, token, error, events, fence, batch.from);
       throw error;
     }
-    const advanced = await this.driver.run(this.queries.advanceNow, [name, this.id, token, String(next.xid), String(next.position), events.length, this.options.leaseMs]);
+    const advanced = await this.db.run(this.queries.advanceNow, [name, this.id, token, String(next.xid), String(next.position), events.length, this.options.leaseMs]);
     if (advanced.rowCount !== 1) {
       await this.dropReadAhead(s);
       return { kind: 'lost' };
@@ -595,7 +645,7 @@ export class Relay extends SafeEmitter<RelayEvents> {
     const ahead = s.ahead;
     s.ahead = null;
     const dropped = await ahead?.catch(() => null);
-    await dropped?.sent;
+    if (dropped?.sent) await unlessAborted(dropped.sent, this.halt.signal).catch(() => {});
   }
 
   /**
@@ -605,7 +655,7 @@ export class Relay extends SafeEmitter<RelayEvents> {
    * open transaction (reported, at most every 10 s), else `'idle'`.
    */
   private async afterRound(s: TargetState, round: Extract<Round, { kind: 'done' }>): Promise<'again' | 'held-back' | 'idle'> {
-    const { rows } = await this.driver.run<{ fence: string; ready: number; waiting: number }>(this.queries.afterCursor, [
+    const { rows } = await this.db.run<{ fence: string; ready: number; waiting: number }>(this.queries.afterCursor, [
       String(round.cursor.xid),
       String(round.cursor.position),
     ]);
@@ -621,7 +671,7 @@ export class Relay extends SafeEmitter<RelayEvents> {
     s.heldBackSince ??= now;
     if (now - s.lastHeldBackReport >= HELD_BACK_REPORT_MS) {
       s.lastHeldBackReport = now;
-      const heldBackBy = await findHolder(this.driver, this.queries, fence);
+      const heldBackBy = await findHolder(this.db, this.queries, fence);
       const count = waiting + ready;
       if (this.listenerCount('held-back') > 0) this.emit('held-back', { target: s.target.name, waiting: count, heldBackBy });
       else {

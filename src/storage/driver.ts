@@ -37,6 +37,14 @@ export interface TransactionOptions {
    * enough to compile them, which took longer than running them.
    */
   jit?: false;
+  /**
+   * Ends the transaction when aborted, from outside `fn`: the call rejects with the signal's reason
+   * at once, even while `fn` awaits something else (a hung publish). On PostgreSQL a statement in
+   * flight is cancelled on the server and the connection is closed, which rolls the transaction back;
+   * every later statement of `fn` rejects. An abort once COMMIT was sent does not cut it short. On
+   * PGlite the transaction rolls back once a statement that has begun ends.
+   */
+  signal?: AbortSignal;
 }
 
 /** Options of one statement run by {@link Driver.run} or {@link Driver.query}. */

@@ -1,6 +1,6 @@
 import pg from 'pg';
 import type { Driver, NamedQuery, QueryResult, StatementOptions, Transaction, TransactionOptions } from './driver.ts';
-import { within } from '../time-limit.ts';
+import { unlessAborted, within } from '../time-limit.ts';
 import { STALL_CHECK, StalledStatements, type StallCheck } from './stalled-statements.ts';
 
 const RECONNECT_DELAY_MS = 1000;
@@ -120,9 +120,27 @@ export class PgDriver implements Driver {
   }
 
   async transaction<T>(fn: (tx: Transaction) => Promise<T>, options: TransactionOptions = {}): Promise<T> {
+    const { signal } = options;
+    signal?.throwIfAborted();
     const begin = beginStatement(options);
     const client = await this.stalls.checkout();
-    const send = <R extends pg.QueryResultRow>(config: string | pg.QueryConfig): Promise<pg.QueryResult<R>> => this.stalls.track(client, client.query<R>(config));
+    let inFlight = 0;
+    let committing = false;
+    let released = false;
+    const release = (destroy: boolean) => {
+      if (released) return;
+      released = true;
+      client.release(destroy);
+    };
+    const send = async <R extends pg.QueryResultRow>(config: string | pg.QueryConfig): Promise<pg.QueryResult<R>> => {
+      if (signal?.aborted && !committing) throw signal.reason;
+      inFlight++;
+      try {
+        return await this.stalls.track(client, client.query<R>(config));
+      } finally {
+        inFlight--;
+      }
+    };
     let broken = false;
     // A checked-out client has no 'error' listener (the pool removes its own): if the server ends the
     // session mid-transaction (restart, terminated backend, idle_in_transaction_session_timeout), the
@@ -131,6 +149,17 @@ export class PgDriver implements Driver {
       broken = true;
     };
     client.on('error', onError);
+    // Aborted before COMMIT: the statement in flight is cancelled (it may wait for a lock, which a
+    // closed socket does not end) and the connection closed, which rolls the transaction back.
+    const onAbort = () => {
+      if (committing) return;
+      const pid = this.stalls.serverPid(client);
+      if (inFlight > 0 && pid !== undefined) void this.pool.query('SELECT pg_cancel_backend($1)', [pid]).catch(() => {});
+      client.off('error', onError);
+      client.on('error', ignore);
+      release(true);
+    };
+    signal?.addEventListener('abort', onAbort, { once: true });
     try {
       await send(begin);
       const tx: Transaction = {
@@ -146,10 +175,12 @@ export class PgDriver implements Driver {
           await send(script);
         },
       };
-      const value = await fn(tx);
+      const value = signal ? await unlessAborted(fn(tx), signal) : await fn(tx);
+      committing = !signal?.aborted;
       await send('COMMIT');
       return value;
     } catch (err) {
+      if (signal?.aborted && !committing) throw signal.reason;
       try {
         await send('ROLLBACK');
       } catch {
@@ -157,8 +188,9 @@ export class PgDriver implements Driver {
       }
       throw err;
     } finally {
+      signal?.removeEventListener('abort', onAbort);
       client.off('error', onError);
-      client.release(broken);
+      release(broken);
     }
   }
 

@@ -1,5 +1,6 @@
 import type { PGlite } from '@electric-sql/pglite';
-import type { Driver, NamedQuery, QueryResult, StatementOptions, Transaction } from './driver.ts';
+import type { Driver, NamedQuery, QueryResult, StatementOptions, Transaction, TransactionOptions } from './driver.ts';
+import { unlessAborted } from '../time-limit.ts';
 
 /** How long a statement may wait behind an open transaction before the driver says why it may never run. */
 const WAIT_WARNING_MS = 3000;
@@ -50,10 +51,13 @@ export class PgliteDriver implements Driver {
     return this.query<R>(query.text, params, options);
   }
 
-  async transaction<T>(fn: (tx: Transaction) => Promise<T>): Promise<T> {
+  async transaction<T>(fn: (tx: Transaction) => Promise<T>, options: TransactionOptions = {}): Promise<T> {
+    const { signal } = options;
+    signal?.throwIfAborted();
     this.transactions++;
     try {
-      return await this.inTransaction(fn);
+      // Aborted: the callback rejects, and PGlite rolls back once a statement that has begun ends.
+      return await this.inTransaction(signal ? (tx) => unlessAborted(fn(tx), signal) : fn);
     } finally {
       this.transactions--;
     }
