@@ -2,6 +2,13 @@
 export const MAX_TIMER_MS = 2 ** 31 - 1;
 
 /**
+ * The least a stop gives work it waits for past its timeout (a background
+ * pass, a relay's round, a worker's writes, a release): work that merely runs
+ * is not cut off by a short timeout; what is still waiting then is cancelled.
+ */
+export const STOP_GRACE_MS = 1000;
+
+/**
  * `promise`'s value if it settles within `ms`, else `fallback` (a later
  * outcome is ignored; `promise` must not reject). No time limit for `ms` past
  * what a timer holds (`Infinity` included).

@@ -254,7 +254,7 @@ async function stopCutsRoundShort(relay: Relay, errors: unknown[], target: strin
   assert.ok(waited < 4000, `stop() took ${waited} ms with a timeout of 1000 ms: the round in flight was waited for`);
   const messages = errors.map((e) => (e instanceof Error ? e.message : String(e)));
   assert.equal(messages.length, 1, `one error reported, got: ${messages.join(' | ')}`);
-  assert.match(messages[0]!, new RegExp(`the round in flight for target ${target} did not end within stop\\(\\)'s timeout of 1000 ms`));
+  assert.match(messages[0]!, new RegExp(`the round in flight for target ${target} did not end within 1000 ms of stop\\(\\)`));
 }
 
 describe("a relay's stop does not wait past its timeout for a round in flight (PostgreSQL)", { skip: databaseUrl ? false : 'TEST_DATABASE_URL is not set' }, () => {
@@ -376,5 +376,94 @@ describe("a relay's stop does not wait past its timeout for a round in flight (P
     assert.equal(answered, 1, 'the embedded database answers after the stop, and the event is still in the outbox');
     const cursor = await t.sql<{ delivered: string }>(`SELECT cursor_position::text AS delivered FROM "${t.schema}".relay_cursors WHERE target = 'hung'`);
     assert.equal(cursor[0]?.delivered, '0', 'the cursor did not move past the undelivered event');
+  });
+});
+
+describe("a worker's stop does not wait past its timeout (and a second) for writes held by a lock (PostgreSQL)", { skip: databaseUrl ? false : 'TEST_DATABASE_URL is not set' }, () => {
+  const schemas: string[] = [];
+  const clients: pg.Client[] = [];
+  after(async () => {
+    for (const c of clients) await c.end().catch(() => {});
+    for (const m of mailrooms) await m.close({ timeout: 1000 }).catch(() => {});
+    const admin = new pg.Client({ connectionString: databaseUrl });
+    await admin.connect();
+    for (const s of schemas) await admin.query(`DROP SCHEMA IF EXISTS "${s}" CASCADE`);
+    await admin.end();
+  });
+
+  /** A transaction left open on its own connection, with the backend's pid; `waiting()` counts the sessions it blocks. */
+  async function holder(): Promise<{ client: pg.Client; waiting: () => Promise<number> }> {
+    const client = new pg.Client({ connectionString: databaseUrl });
+    await client.connect();
+    clients.push(client);
+    await client.query('BEGIN');
+    const pid = (await client.query('SELECT pg_backend_pid() AS pid')).rows[0].pid as number;
+    const waiting = async () => {
+      await client.query('SELECT pg_stat_clear_snapshot()');
+      return (await client.query('SELECT count(*)::int AS n FROM pg_stat_activity WHERE $1 = ANY(pg_blocking_pids(pid))', [pid])).rows[0].n as number;
+    };
+    return { client, waiting };
+  }
+
+  async function until(check: () => Promise<boolean>, what: string): Promise<void> {
+    const deadline = Date.now() + 10_000;
+    while (!(await check())) {
+      assert.ok(Date.now() < deadline, `${what} within 10 s`);
+      await sleep(25);
+    }
+  }
+
+  /** Stops with a 1 s timeout: it must resolve after the timeout and its second of grace, report one error, and leave nothing waiting. */
+  async function stopCutsWritesShort(stop: () => Promise<void>, errors: unknown[], waiting: () => Promise<number>): Promise<void> {
+    const began = Date.now();
+    await stop();
+    const waited = Date.now() - began;
+    assert.ok(waited >= 1950, `stop() resolved after ${waited} ms, before its timeout of 1000 ms and a second of grace`);
+    assert.ok(waited < 5000, `stop() took ${waited} ms with a timeout of 1000 ms: the write waiting for the lock was waited for`);
+    assert.equal(await waiting(), 0, 'a statement of the worker still waits for the lock after stop() resolved');
+    const messages = errors.map((e) => (e instanceof Error ? e.message : String(e)));
+    assert.equal(messages.length, 1, `one error reported, got: ${messages.join(' | ')}`);
+    assert.match(messages[0]!, /stop\(\) gave up on its writes \(a claim, a job's outcome or its release\) a second after its timeout of 1000 ms/);
+  }
+
+  it("a job's completion waiting for a row lock is cancelled: the job keeps its claim for the rescue, and close() does not wait", { timeout: 60_000 }, async () => {
+    const opened = await openOwn({});
+    const { mailroom, schema, errors } = opened;
+    schemas.push(schema);
+    const chore = defineJob<{ n: number }>('shutdown.locked-completion', { queue: 'locked' });
+    let letGo!: () => void;
+    const started = new Promise<void>((resolve) => {
+      const handlers = {
+        [chore.name]: async () => {
+          resolve();
+          await new Promise<void>((r) => (letGo = r));
+        },
+      };
+      void mailroom.worker({ queues: ['locked'], handlers, concurrency: 1, maintenance: false, pollInterval: '50ms' }).start();
+    });
+    const id = await mailroom.enqueue(chore, { n: 1 });
+    await started;
+    const lock = await holder();
+    await lock.client.query(`SELECT 1 FROM "${schema}".jobs WHERE id = $1 FOR UPDATE`, [id]);
+    letGo();
+    await until(async () => (await lock.waiting()) > 0, "the job's completion waited for the locked row");
+    await stopCutsWritesShort(() => mailroom.close({ timeout: '1s' }), errors, lock.waiting);
+    await lock.client.query('COMMIT');
+    const { rows } = await lock.client.query(`SELECT state FROM "${schema}".jobs WHERE id = $1`, [id]);
+    assert.equal(rows[0].state, 'active', 'the cancelled completion wrote nothing: the job waits for its lease to run out');
+  });
+
+  it("a claim waiting for a table lock is cancelled, and the stop resolves", { timeout: 60_000 }, async () => {
+    const opened = await openOwn({});
+    const { mailroom, schema, errors } = opened;
+    schemas.push(schema);
+    const chore = defineJob<{ n: number }>('shutdown.locked-claim', { queue: 'locked' });
+    const worker = mailroom.worker({ queues: ['locked'], handlers: { [chore.name]: async () => {} }, maintenance: false, pollInterval: '50ms' });
+    await worker.start();
+    const lock = await holder();
+    await lock.client.query(`LOCK TABLE "${schema}".jobs IN ACCESS EXCLUSIVE MODE`);
+    await until(async () => (await lock.waiting()) > 0, 'a claim waited for the locked table');
+    await stopCutsWritesShort(() => worker.stop({ timeout: '1s' }), errors, lock.waiting);
+    await lock.client.query('COMMIT');
   });
 });

@@ -7,7 +7,7 @@ import type { OutboxQueries } from '../events/outbox-queries.ts';
 import type { Driver } from '../storage/driver.ts';
 import { PeriodicPass, RUN_TO_END, type PassControl } from '../storage/periodic-pass.ts';
 import { abortableDriver } from '../storage/abortable-driver.ts';
-import { unlessAborted, within } from '../time-limit.ts';
+import { STOP_GRACE_MS, unlessAborted, within } from '../time-limit.ts';
 import { inBatches } from '../storage/batches.ts';
 import { findHolder, type HeldBackBy } from './held-back.ts';
 import type { ResolvedRelayOptions } from './options.ts';
@@ -96,9 +96,6 @@ const MAX_ERROR_BACKOFF_MS = 5_000;
 const STATISTICS_INTERVAL_MS = 5_000;
 /** Rounds in a row that found events deliverable yet delivered none: past this, a relay stops and says so instead of spinning. */
 const MAX_EMPTY_AGAIN = 100;
-
-/** After a stop's timeout, how long rounds whose statements were cancelled get to end, and the least a release or a target's close() is given. */
-const HALT_GRACE_MS = 1000;
 
 /**
  * How late, with a relay running, an event whose broker confirm was lost can
@@ -279,12 +276,13 @@ export class Relay extends SafeEmitter<RelayEvents> {
         }),
       ),
     );
-    // Rounds still in flight after the timeout are cut short: their statements cancelled, a publish left unanswered.
-    const cut = (await within(drained.then(() => true), limitMs, false)) ? [] : this.states.filter((_, i) => !ended[i]);
+    // Rounds still in flight after the timeout (at least a second) are cut short: their statements cancelled, a publish left unanswered.
+    const waitMs = Math.max(STOP_GRACE_MS, limitMs);
+    const cut = (await within(drained.then(() => true), waitMs, false)) ? [] : this.states.filter((_, i) => !ended[i]);
     if (cut.length > 0) {
-      this.halt.abort(new MailroomError(`relay ${this.id} stopped: stop()'s timeout of ${limitMs} ms was spent with rounds in flight`));
-      this.report(this.cutShort(cut, limitMs));
-      await within(drained, HALT_GRACE_MS, undefined);
+      this.halt.abort(new MailroomError(`relay ${this.id} stopped: rounds were still in flight ${waitMs} ms into stop()`));
+      this.report(this.cutShort(cut, waitMs));
+      await within(drained, STOP_GRACE_MS, undefined);
     }
     await passes;
     for (const s of this.states) {
@@ -292,7 +290,7 @@ export class Relay extends SafeEmitter<RelayEvents> {
       s.token = null;
       // A round cut short may still have a publish out: its lease runs out instead, as after a crash.
       if (token === null || cut.includes(s)) continue;
-      const signal = AbortSignal.timeout(Math.max(HALT_GRACE_MS, deadline - Date.now()));
+      const signal = AbortSignal.timeout(Math.max(STOP_GRACE_MS, deadline - Date.now()));
       await this.driver.run(this.queries.release, [s.target.name, this.id, token], { signal }).catch((e: unknown) => this.report(e));
     }
     for (const s of this.states) {
@@ -302,7 +300,7 @@ export class Relay extends SafeEmitter<RelayEvents> {
           () => true,
           (e: unknown) => (this.report(e), true),
         );
-      if (!(await within(closing, Math.max(HALT_GRACE_MS, deadline - Date.now()), false))) {
+      if (!(await within(closing, Math.max(STOP_GRACE_MS, deadline - Date.now()), false))) {
         this.report(new MailroomError(`relay ${this.id}: target ${s.target.name}'s close() did not resolve within the stop's timeout; the relay stopped without waiting for it`));
       }
     }
@@ -314,10 +312,10 @@ export class Relay extends SafeEmitter<RelayEvents> {
   }
 
   /** Says which targets' rounds a stop cut short, and what becomes of their events. */
-  private cutShort(cut: readonly TargetState[], limitMs: number): MailroomError {
+  private cutShort(cut: readonly TargetState[], waitMs: number): MailroomError {
     const names = cut.map((s) => s.target.name).join(', ');
     return new MailroomError(
-      `relay ${this.id}: the round in flight for target ${names} did not end within stop()'s timeout of ${limitMs} ms (a statement waiting for a lock, or a publish not answered). ` +
+      `relay ${this.id}: the round in flight for target ${names} did not end within ${waitMs} ms of stop() (its timeout, at least a second; a statement waiting for a lock, or a publish not answered). ` +
         `Its statements were cancelled and a publish still unanswered was left behind; the lease is left to run out (within ${this.options.leaseMs} ms) instead of being handed back, ` +
         'so that no other relay delivers beside it. Another relay then delivers again whatever the round had not recorded as delivered: nothing is lost, and consumers drop the copies by event id',
     );
@@ -429,7 +427,6 @@ export class Relay extends SafeEmitter<RelayEvents> {
         // Idle: publishers notify only once this relay says it sleeps (a short look again first, see WakeGate).
         await this.sleep(s, heldDelay || (await this.gate.idle()));
       } catch (error) {
-        if (this.halt.signal.aborted) break; // the stop's timeout is spent: reported once, by the stop
         this.report(error);
         errorDelay = Math.min(MAX_ERROR_BACKOFF_MS, Math.max(100, errorDelay * 2));
         await this.sleep(s, errorDelay);
@@ -709,6 +706,7 @@ export class Relay extends SafeEmitter<RelayEvents> {
   }
 
   private report(error: unknown): void {
+    if (this.halt.signal.aborted && error === this.halt.signal.reason) return; // what a stop cut short: it said so, once
     if (this.listenerCount('error') > 0) this.emit('error', error);
     else console.error(`[mailroom] relay ${this.id}:`, error instanceof Error ? error.message : error);
   }

@@ -1,5 +1,5 @@
 import { MailroomError } from '../errors.ts';
-import { within } from '../time-limit.ts';
+import { STOP_GRACE_MS, within } from '../time-limit.ts';
 
 /**
  * What a pass is told about its owner's stop: `stopped()` once the owner
@@ -12,11 +12,6 @@ export interface PassControl {
   readonly signal: AbortSignal;
 }
 
-/**
- * The least a stop waits for a pass in flight, whatever its timeout: a short
- * timeout never cuts off a batch that is merely running.
- */
-const MIN_WAIT_MS = 1000;
 
 /** For a pass called directly (`mailroom.maintain()`, `relay.prune()`): it runs to its end. */
 export const RUN_TO_END: PassControl = { stopped: () => false, signal: new AbortController().signal };
@@ -79,7 +74,7 @@ export class PeriodicPass {
     this.#stopped = true;
     const running = this.#running;
     if (!running) return;
-    const waitMs = Math.max(MIN_WAIT_MS, limitMs);
+    const waitMs = Math.max(STOP_GRACE_MS, limitMs);
     if (await within(running.then(() => true), waitMs, false)) return;
     this.#abort.abort(
       new MailroomError(

@@ -3,6 +3,9 @@ import type { JobEventRef } from '../observe/lifecycle.ts';
 import { toMilliseconds, type Duration } from '../duration.ts';
 import type { JobQueries } from '../jobs/queries.ts';
 import type { Driver } from '../storage/driver.ts';
+import { abortableDriver } from '../storage/abortable-driver.ts';
+import { STOP_GRACE_MS, within } from '../time-limit.ts';
+import { MailroomError } from '../errors.ts';
 import { Completer } from './completer.ts';
 import { execute, type ExecutionDeps, type Outcome } from './execute.ts';
 import type { HandlerTransaction } from './handler-tx.ts';
@@ -108,6 +111,10 @@ export class Worker extends SafeEmitter<WorkerEvents> {
   private readonly globalConcurrency: number | null;
   private readonly setsLimits: boolean;
   private abandoned = false;
+  /** Aborted when a stop's writes (releases, outcomes, a claim) are still waiting a second past its timeout: they are cancelled. */
+  private readonly halt = new AbortController();
+  /** The driver for claims, heartbeats, releases and outcomes: {@link halt} cancels what they run. */
+  private readonly db: Driver;
   private heartbeatTimer: NodeJS.Timeout | undefined;
   private unlisten: (() => Promise<void>) | undefined;
   /**
@@ -130,6 +137,7 @@ export class Worker extends SafeEmitter<WorkerEvents> {
     private readonly maintenance: Maintenance | undefined,
   ) {
     super();
+    this.db = abortableDriver(driver, this.halt.signal);
     const resolved = resolveWorkerOptions(options);
     this.queues = resolved.queues;
     this.concurrency = resolved.concurrency;
@@ -140,16 +148,16 @@ export class Worker extends SafeEmitter<WorkerEvents> {
     this.rateLimit = resolved.rateLimit;
     this.globalConcurrency = resolved.globalConcurrency;
     this.setsLimits = resolved.setsLimits;
-    this.controls = new QueueControls(driver, queries, controlQueries, this.queues);
+    this.controls = new QueueControls(this.db, queries, controlQueries, this.queues);
     this.gate = new WakeGate(driver, wakeGateQueries(quotedSchema), this.queues.map((q) => `queue:${q}`), this.id, this.pollMs, (error) => this.report(error));
-    this.completer = new Completer(driver, queries, {
+    this.completer = new Completer(this.db, queries, {
       report: (error) => this.report(error),
-      givingUp: () => this.state === 'stopped',
+      givingUp: () => this.state === 'stopped' || this.halt.signal.aborted,
       serialize: (write) => this.lane.run(write),
     });
-    this.executionDeps = { driver, jobQueries: queries, stepQueries, leaseMs: this.leaseMs, workerId: this.id, quotedSchema };
+    this.executionDeps = { driver: this.db, jobQueries: queries, stepQueries, leaseMs: this.leaseMs, workerId: this.id, quotedSchema };
     this.recordDeps = {
-      driver,
+      driver: this.db,
       queries,
       completer: this.completer,
       withRetries: (write) => this.withRetries(write),
@@ -194,6 +202,8 @@ export class Worker extends SafeEmitter<WorkerEvents> {
    * without spending an attempt. The last worker of a `mailroom` also waits
    * for a maintenance pass in flight, for what is left of `timeout` (at least
    * a second); then that pass's statement is cancelled and reported as an error.
+   * The stop's own writes (a claim, outcomes, releases) still waiting for a lock a
+   * second past `timeout` are cancelled too: their jobs wait for their leases to run out.
    *
    * @example
    * process.on('SIGTERM', () => worker.stop({ timeout: '10s' }));
@@ -215,6 +225,26 @@ export class Worker extends SafeEmitter<WorkerEvents> {
   private async shutDown(timeoutMs: number): Promise<void> {
     const deadline = Date.now() + timeoutMs;
     this.poke();
+    const handedBack = this.handBack(timeoutMs);
+    // The writes get the timeout, and at least a second after the handlers were given up on; then they are cancelled.
+    const inTime = async (ms: number) => within(handedBack.then(() => true), ms, false);
+    if (!(await inTime(timeoutMs)) && !(await inTime(STOP_GRACE_MS))) {
+      this.halt.abort(new MailroomError(`worker ${this.id} stopped: stop()'s writes were cut short`));
+      this.report(this.cutShort(timeoutMs));
+      await within(handedBack, STOP_GRACE_MS, undefined);
+    }
+    // A maintenance pass in flight gets what is left of the timeout (at least a second), then its statement is cancelled.
+    await this.shutdownTimers(deadline - Date.now());
+    await this.gate.close().catch((error: unknown) => this.report(error));
+    await this.unlisten?.().catch(() => {});
+    this.state = 'stopped';
+  }
+
+  /**
+   * Stops claiming, gives running handlers `timeoutMs`, aborts the rest and
+   * hands their jobs back; resolves once every job's outcome or release is written.
+   */
+  private async handBack(timeoutMs: number): Promise<void> {
     await this.loop;
     await this.releaseBuffered();
     await this.waitForRunning(timeoutMs);
@@ -226,11 +256,16 @@ export class Worker extends SafeEmitter<WorkerEvents> {
     await this.release(unfinished.map((r) => r.row));
     await this.completer.drain();
     await this.waitForRunning(Number.POSITIVE_INFINITY);
-    // A maintenance pass in flight gets what is left of the timeout (at least a second), then its statement is cancelled.
-    await this.shutdownTimers(deadline - Date.now());
-    await this.gate.close().catch((error: unknown) => this.report(error));
-    await this.unlisten?.().catch(() => {});
-    this.state = 'stopped';
+  }
+
+  /** Says that a stop's writes were cut short, and what becomes of their jobs. */
+  private cutShort(timeoutMs: number): MailroomError {
+    return new MailroomError(
+      `worker ${this.id}: stop() gave up on its writes (a claim, a job's outcome or its release) a second after its timeout of ${timeoutMs} ms; ` +
+        `one was waiting for a lock, say a LOCK TABLE or a transaction left open on mailroom's jobs. They were cancelled and rolled back: ` +
+        `the jobs whose outcome or release was not written keep their claim until their lease runs out (within ${this.leaseMs} ms), ` +
+        'then the maintenance loop rescues them and they run again',
+    );
   }
 
   /**
@@ -586,7 +621,7 @@ export class Worker extends SafeEmitter<WorkerEvents> {
     if (this.abandoned || rows.length === 0) return;
     try {
       const { rows: released } = await this.lane.run(() =>
-        this.driver.run<{ id: string; type: string }>(this.queries.releaseMany, [rows.map((r) => r.id), rows.map((r) => r.claim_count)]),
+        this.db.run<{ id: string; type: string }>(this.queries.releaseMany, [rows.map((r) => r.id), rows.map((r) => r.claim_count)]),
       );
       for (const job of released) this.emit('released', job);
     } catch (error) {
@@ -601,7 +636,7 @@ export class Worker extends SafeEmitter<WorkerEvents> {
       try {
         return await write();
       } catch (error) {
-        if (attempt >= 6 || this.state === 'stopped') throw error;
+        if (attempt >= 6 || this.state === 'stopped' || this.halt.signal.aborted) throw error;
         this.report(error);
         await new Promise((r) => setTimeout(r, delay));
         delay = Math.min(delay * 2, 5000);
@@ -628,7 +663,7 @@ export class Worker extends SafeEmitter<WorkerEvents> {
     const followers = this.chains.toArray();
     const leased = [...entries.map((e) => e.row), ...held, ...followers];
     if (leased.length === 0) return;
-    const { rows } = await this.driver.run<{ id: string; claim_count: number }>(this.queries.heartbeat, [leased.map((r) => r.id), leased.map((r) => r.claim_count), this.leaseMs]);
+    const { rows } = await this.db.run<{ id: string; claim_count: number }>(this.queries.heartbeat, [leased.map((r) => r.id), leased.map((r) => r.claim_count), this.leaseMs]);
     // By claim, not only by id: a job rescued and claimed again by this worker is held twice, once stale.
     const kept = new Set(rows.map((r) => claimOf(r)));
     // A held (prefetched) job whose lease was lost (rescued) is dropped before it starts.
@@ -665,6 +700,7 @@ export class Worker extends SafeEmitter<WorkerEvents> {
   }
 
   private report(error: unknown): void {
+    if (this.halt.signal.aborted && error === this.halt.signal.reason) return; // what a stop cut short: it said so, once
     if (this.listenerCount('error') > 0) this.emit('error', error);
     else console.error(`[mailroom] worker ${this.id}:`, error instanceof Error ? error.message : error);
   }
