@@ -13,6 +13,7 @@ import assert from 'node:assert/strict';
 import pg from 'pg';
 import { createMailroom, defineEvent, defineJob, type Mailroom, type Relay, type RelayTarget } from '../src/index.ts';
 import { databaseUrl, testDatabases, uniqueSchema } from './helpers/databases.ts';
+import { scriptedSource } from './helpers/scripted-source.ts';
 
 const HELD_MS = 400;
 const sleep = (ms: number) => new Promise((resolve) => setTimeout(resolve, ms));
@@ -257,24 +258,44 @@ async function stopCutsRoundShort(relay: Relay, errors: unknown[], target: strin
   assert.match(messages[0]!, new RegExp(`the round in flight for target ${target} did not end within 1000 ms of stop\\(\\)`));
 }
 
-describe("a relay's stop does not wait past its timeout for a round in flight (PostgreSQL)", { skip: databaseUrl ? false : 'TEST_DATABASE_URL is not set' }, () => {
-  const schemas: string[] = [];
-  const clients: pg.Client[] = [];
+/** Schemas and clients of a suite, dropped and closed (with every mailroom still open) after it. */
+function cleanedUp(): { schemas: string[]; clients: pg.Client[] } {
+  const made = { schemas: [] as string[], clients: [] as pg.Client[] };
   after(async () => {
-    for (const c of clients) await c.end().catch(() => {});
+    for (const c of made.clients) await c.end().catch(() => {});
     for (const m of mailrooms) await m.close({ timeout: 1000 }).catch(() => {});
     const admin = new pg.Client({ connectionString: databaseUrl });
     await admin.connect();
-    for (const s of schemas) await admin.query(`DROP SCHEMA IF EXISTS "${s}" CASCADE`);
+    for (const s of made.schemas) await admin.query(`DROP SCHEMA IF EXISTS "${s}" CASCADE`);
     await admin.end();
   });
+  return made;
+}
 
-  async function admin(): Promise<pg.Client> {
-    const client = new pg.Client({ connectionString: databaseUrl });
-    await client.connect();
-    clients.push(client);
-    return client;
+/** A transaction left open on its own connection (pushed to `clients`); `waiting()` counts the sessions it blocks. */
+async function holder(clients: pg.Client[]): Promise<{ client: pg.Client; waiting: () => Promise<number> }> {
+  const client = new pg.Client({ connectionString: databaseUrl });
+  await client.connect();
+  clients.push(client);
+  await client.query('BEGIN');
+  const pid = (await client.query('SELECT pg_backend_pid() AS pid')).rows[0].pid as number;
+  const waiting = async () => {
+    await client.query('SELECT pg_stat_clear_snapshot()');
+    return (await client.query('SELECT count(*)::int AS n FROM pg_stat_activity WHERE $1 = ANY(pg_blocking_pids(pid))', [pid])).rows[0].n as number;
+  };
+  return { client, waiting };
+}
+
+async function until(check: () => Promise<boolean>, what: string): Promise<void> {
+  const deadline = Date.now() + 10_000;
+  while (!(await check())) {
+    assert.ok(Date.now() < deadline, `${what} within 10 s`);
+    await sleep(25);
   }
+}
+
+describe("a relay's stop does not wait past its timeout for a round in flight (PostgreSQL)", { skip: databaseUrl ? false : 'TEST_DATABASE_URL is not set' }, () => {
+  const { schemas, clients } = cleanedUp();
 
   for (const readAhead of [false, true]) {
     it(`a ${readAhead ? 'read-ahead' : 'transactional'} target's publish that never answers is left behind; its lease runs out and another relay delivers the batch`, { timeout: 60_000 }, async () => {
@@ -289,7 +310,9 @@ describe("a relay's stop does not wait past its timeout for a round in flight (P
       await entered;
       await stopCutsRoundShort(relay, errors, 'hung');
 
-      const db = await admin();
+      const db = new pg.Client({ connectionString: databaseUrl });
+      await db.connect();
+      clients.push(db);
       const { rows } = await db.query(`SELECT holder, (extract(epoch FROM locked_until) * 1000)::float8 AS until FROM "${schema}".relay_cursors WHERE target = 'hung'`);
       assert.equal(rows[0].holder, relay.id, 'the lease was not handed back while the publish may still be out');
       const leaseEnds = rows[0].until as number;
@@ -334,23 +357,13 @@ describe("a relay's stop does not wait past its timeout for a round in flight (P
     await mailroom.publish(noted, { n: 0 });
     await first;
     // The cursor's row locked from outside: the next round's fenced start waits for it.
-    const db = await admin();
-    await db.query('BEGIN');
-    const holder = (await db.query('SELECT pg_backend_pid() AS pid')).rows[0].pid as number;
-    await db.query(`SELECT 1 FROM "${schema}".relay_cursors WHERE target = 'sink' FOR UPDATE`);
+    const lock = await holder(clients);
+    await lock.client.query(`SELECT 1 FROM "${schema}".relay_cursors WHERE target = 'sink' FOR UPDATE`);
     await mailroom.publishMany(noted, [{ n: 1 }, { n: 2 }]);
-    const waiting = async () => {
-      await db.query('SELECT pg_stat_clear_snapshot()');
-      return (await db.query('SELECT count(*)::int AS n FROM pg_stat_activity WHERE $1 = ANY(pg_blocking_pids(pid))', [holder])).rows[0].n as number;
-    };
-    const deadline = Date.now() + 10_000;
-    while ((await waiting()) === 0) {
-      assert.ok(Date.now() < deadline, 'no round waited for the locked cursor within 10 s');
-      await sleep(25);
-    }
+    await until(async () => (await lock.waiting()) > 0, 'a round waited for the locked cursor');
     await stopCutsRoundShort(relay, errors, 'sink');
-    assert.equal(await waiting(), 0, 'a statement of the relay still waits for the lock after stop() resolved');
-    await db.query('COMMIT');
+    assert.equal(await lock.waiting(), 0, 'a statement of the relay still waits for the lock after stop() resolved');
+    await lock.client.query('COMMIT');
     assert.equal(delivered, 1, 'the round cut short delivered nothing');
     const closing = Date.now();
     await mailroom.close();
@@ -379,39 +392,8 @@ describe("a relay's stop does not wait past its timeout for a round in flight (P
   });
 });
 
-describe("a worker's stop does not wait past its timeout (and a second) for writes held by a lock (PostgreSQL)", { skip: databaseUrl ? false : 'TEST_DATABASE_URL is not set' }, () => {
-  const schemas: string[] = [];
-  const clients: pg.Client[] = [];
-  after(async () => {
-    for (const c of clients) await c.end().catch(() => {});
-    for (const m of mailrooms) await m.close({ timeout: 1000 }).catch(() => {});
-    const admin = new pg.Client({ connectionString: databaseUrl });
-    await admin.connect();
-    for (const s of schemas) await admin.query(`DROP SCHEMA IF EXISTS "${s}" CASCADE`);
-    await admin.end();
-  });
-
-  /** A transaction left open on its own connection, with the backend's pid; `waiting()` counts the sessions it blocks. */
-  async function holder(): Promise<{ client: pg.Client; waiting: () => Promise<number> }> {
-    const client = new pg.Client({ connectionString: databaseUrl });
-    await client.connect();
-    clients.push(client);
-    await client.query('BEGIN');
-    const pid = (await client.query('SELECT pg_backend_pid() AS pid')).rows[0].pid as number;
-    const waiting = async () => {
-      await client.query('SELECT pg_stat_clear_snapshot()');
-      return (await client.query('SELECT count(*)::int AS n FROM pg_stat_activity WHERE $1 = ANY(pg_blocking_pids(pid))', [pid])).rows[0].n as number;
-    };
-    return { client, waiting };
-  }
-
-  async function until(check: () => Promise<boolean>, what: string): Promise<void> {
-    const deadline = Date.now() + 10_000;
-    while (!(await check())) {
-      assert.ok(Date.now() < deadline, `${what} within 10 s`);
-      await sleep(25);
-    }
-  }
+describe("a worker's and a broker group's stop do not wait past their timeout for writes held by a lock (PostgreSQL)", { skip: databaseUrl ? false : 'TEST_DATABASE_URL is not set' }, () => {
+  const { schemas, clients } = cleanedUp();
 
   /** Stops with a 1 s timeout: it must resolve after the timeout and its second of grace, report one error, and leave nothing waiting. */
   async function stopCutsWritesShort(stop: () => Promise<void>, errors: unknown[], waiting: () => Promise<number>): Promise<void> {
@@ -443,7 +425,7 @@ describe("a worker's stop does not wait past its timeout (and a second) for writ
     });
     const id = await mailroom.enqueue(chore, { n: 1 });
     await started;
-    const lock = await holder();
+    const lock = await holder(clients);
     await lock.client.query(`SELECT 1 FROM "${schema}".jobs WHERE id = $1 FOR UPDATE`, [id]);
     letGo();
     await until(async () => (await lock.waiting()) > 0, "the job's completion waited for the locked row");
@@ -460,10 +442,41 @@ describe("a worker's stop does not wait past its timeout (and a second) for writ
     const chore = defineJob<{ n: number }>('shutdown.locked-claim', { queue: 'locked' });
     const worker = mailroom.worker({ queues: ['locked'], handlers: { [chore.name]: async () => {} }, maintenance: false, pollInterval: '50ms' });
     await worker.start();
-    const lock = await holder();
+    const lock = await holder(clients);
     await lock.client.query(`LOCK TABLE "${schema}".jobs IN ACCESS EXCLUSIVE MODE`);
     await until(async () => (await lock.waiting()) > 0, 'a claim waited for the locked table');
     await stopCutsWritesShort(() => worker.stop({ timeout: '1s' }), errors, lock.waiting);
     await lock.client.query('COMMIT');
+  });
+
+  it("a broker group's store waiting for a key's lock is cancelled at the stop's timeout, and its message given back to the broker", { timeout: 60_000 }, async () => {
+    const opened = await openOwn({});
+    const { mailroom, schema, errors } = opened;
+    schemas.push(schema);
+    const shipped = defineEvent<{ n: number }>('shutdown.shipped', { version: 1 });
+    const source = scriptedSource('warehouse');
+    const consumer = mailroom.consumer({ group: 'stopping', source, pollInterval: '50ms', handlers: { [shipped.type]: async () => {} } });
+    await consumer.start();
+    const message = (id: string, n: number) => JSON.stringify({ specversion: '1.0', id, source: 'https://warehouse.example', type: shipped.type, subject: 'order-1', data: { n } });
+    assert.equal(await source.push(message('m1', 1)), 'ack');
+    const lock = await holder(clients);
+    const completed = async () => (await lock.client.query(`SELECT count(*)::int AS n FROM "${schema}".jobs WHERE state = 'completed'`)).rows[0].n === 1;
+    await until(completed, 'the first message was handled');
+    // The key's row locked from outside: the next store of that key waits for it.
+    await lock.client.query(`SELECT 1 FROM "${schema}".ordering_keys WHERE key = 'order-1' FOR UPDATE`);
+    const second = source.push(message('m2', 2));
+    await until(async () => (await lock.waiting()) > 0, "the second message's store waited for the key");
+    const began = Date.now();
+    await consumer.stop({ timeout: '1s' });
+    const waited = Date.now() - began;
+    assert.ok(waited >= 950 && waited < 4000, `stop() took ${waited} ms with a timeout of 1000 ms`);
+    assert.equal(await second, 'nack', 'the message whose store was cut short is given back to the broker');
+    assert.equal(await lock.waiting(), 0, 'the store still waits for the lock after stop() resolved');
+    const messages = errors.map((e) => (e instanceof Error ? e.message : String(e)));
+    assert.equal(messages.length, 1, `one error reported, got: ${messages.join(' | ')}`);
+    assert.match(messages[0]!, /the store in flight from scripted warehouse did not end within 1000 ms of stop\(\)/);
+    await lock.client.query('COMMIT');
+    const { rows } = await lock.client.query(`SELECT count(*)::int AS n FROM "${schema}".jobs`);
+    assert.equal(rows[0].n, 1, 'the cancelled store was rolled back: only the first message is stored');
   });
 });

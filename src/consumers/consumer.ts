@@ -169,7 +169,8 @@ export class Consumer extends SafeEmitter<ConsumerEvents> {
    * source stops first: messages in hand are stored and acknowledged, or
    * given back to the broker. An inbox prune in flight ends after its current
    * batch, or has its statement cancelled after `timeout` (at least a second;
-   * reported as an error).
+   * reported as an error); so has a store in flight, whose messages are then
+   * given back to the broker.
    *
    * @example
    * await billing.stop({ timeout: '10s' });
@@ -177,7 +178,7 @@ export class Consumer extends SafeEmitter<ConsumerEvents> {
   async stop(options: { timeout?: Duration } = {}): Promise<void> {
     const limitMs = toMilliseconds(options.timeout ?? '30s', 'stop timeout');
     const handling = async () => {
-      await this.ingest?.stop();
+      await this.ingest?.stop(limitMs);
       await this.worker.stop(options);
     };
     await Promise.all([this.pruning?.stop(limitMs), handling()]);

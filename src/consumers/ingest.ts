@@ -11,6 +11,9 @@
 import type { ConsumerSource, SourceMessage } from '../brokers/source.ts';
 import type { SafetyWarning } from '../brokers/safety.ts';
 import type { Driver } from '../storage/driver.ts';
+import { abortableDriver } from '../storage/abortable-driver.ts';
+import { STOP_GRACE_MS, within } from '../time-limit.ts';
+import { MailroomError } from '../errors.ts';
 import { Waker } from '../worker/waker.ts';
 import { isConcurrencyConflict } from '../storage/conflicts.ts';
 import { startBatchSpan } from '../observe/tracing.ts';
@@ -88,11 +91,17 @@ export class SourceIngest {
   private readonly retryWaker = new Waker();
   /** Ends a wait for the worker's room (see roomToStore) at once: the ingest is stopping. */
   private endHold: (() => void) | null = null;
+  /** Aborted when a store is still in flight past the stop's timeout: its statements are cancelled. */
+  private readonly halt = new AbortController();
+  /** The driver the stores use: {@link halt} cancels what they run. */
+  private readonly db: Driver;
 
   constructor(
     readonly source: ConsumerSource,
     private readonly deps: IngestDeps,
-  ) {}
+  ) {
+    this.db = abortableDriver(deps.driver, this.halt.signal);
+  }
 
   /** Starts the source; its safety warnings are reported as they are found. */
   async start(): Promise<void> {
@@ -117,8 +126,13 @@ export class SourceIngest {
     }
   }
 
-  /** Stores and acknowledges what is in hand, gives back what could not be stored, and stops the source. */
-  async stop(): Promise<void> {
+  /**
+   * Stores and acknowledges what is in hand, gives back what could not be
+   * stored, and stops the source. A store still in flight after `limitMs` (at
+   * least a second: waiting for a lock, say) is cancelled and reported, and
+   * its messages are given back.
+   */
+  async stop(limitMs = Number.POSITIVE_INFINITY): Promise<void> {
     if (this.state === 'stopped' || this.state === 'idle') {
       this.state = 'stopped';
       return;
@@ -126,7 +140,18 @@ export class SourceIngest {
     if (this.state === 'running') this.state = 'stopping';
     this.retryWaker.poke();
     this.endHold?.();
-    await this.draining;
+    const draining = this.draining ?? Promise.resolve();
+    const waitMs = Math.max(STOP_GRACE_MS, limitMs);
+    if (!(await within(draining.then(() => true), waitMs, false))) {
+      this.halt.abort(new MailroomError(`consumer ${this.deps.group} stopped: a store was still in flight ${waitMs} ms into stop()`));
+      this.deps.report(
+        new MailroomError(
+          `consumer ${this.deps.group}: the store in flight from ${this.source.kind} ${this.source.name} did not end within ${waitMs} ms of stop() (its timeout, at least a second; ` +
+            'a statement waiting for a lock, say). It was cancelled and rolled back, and its messages given back to the broker unacknowledged: the broker delivers them again',
+        ),
+      );
+      await within(draining, STOP_GRACE_MS, undefined);
+    }
     for (const message of this.buffer.splice(0)) await settle(message.nack.bind(message), this.deps.report);
     await this.source.stop();
     this.state = 'stopped';
@@ -220,7 +245,7 @@ export class SourceIngest {
       } catch (error) {
         // A deadlock with another transaction on the same key rows was rolled back: the first is stored again at once, unreported.
         if (attempt === 1 && isConcurrencyConflict(error) && this.state === 'running') continue;
-        this.deps.report(error);
+        if (error !== this.halt.signal.reason) this.deps.report(error); // a store the stop cut short: it said so
         if (this.state !== 'running') return null;
         delay = Math.min(MAX_RETRY_DELAY_MS, Math.max(100, delay * 2));
         await this.retryWaker.sleep(delay);
@@ -271,7 +296,7 @@ export class SourceIngest {
     let waiting = 0;
     try {
       let rows: StoredJob[] = [];
-      await deps.driver.transaction(async (tx) => {
+      await this.db.transaction(async (tx) => {
         if (events.length > 0) {
           const keys = events.map((e) => e.key);
           if (keys.some((key) => key !== null)) await tx.query(deps.queries.lockKeys.text, [keys, deps.queue]);
