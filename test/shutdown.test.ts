@@ -344,6 +344,29 @@ describe("a relay's stop does not wait past its timeout for a round in flight (P
     });
   }
 
+  it("a target whose close() never resolves is not waited for past the stop's timeout; the other targets' leases are handed back", { timeout: 60_000 }, async () => {
+    const opened = await openOwn({});
+    const { mailroom, schema, errors } = opened;
+    schemas.push(schema);
+    const stuck: RelayTarget = { name: 'stuck-close', publish: async () => {}, close: () => new Promise<never>(() => {}) };
+    const relay = mailroom.relay({ to: [stuck], internal: false, pollInterval: 50 });
+    const leased = new Promise<void>((resolve) => relay.on('lease-acquired', () => resolve()));
+    await relay.start();
+    await leased;
+    const began = Date.now();
+    await relay.stop({ timeout: '1s' });
+    const waited = Date.now() - began;
+    assert.ok(waited >= 950 && waited < 4000, `stop() took ${waited} ms with a timeout of 1000 ms`);
+    const messages = errors.map((e) => (e instanceof Error ? e.message : String(e)));
+    assert.equal(messages.length, 1, `one error reported, got: ${messages.join(' | ')}`);
+    assert.match(messages[0]!, /target stuck-close's close\(\) did not resolve within the stop's timeout/);
+    const db = new pg.Client({ connectionString: databaseUrl });
+    await db.connect();
+    clients.push(db);
+    const { rows } = await db.query(`SELECT holder FROM "${schema}".relay_cursors WHERE target = 'stuck-close'`);
+    assert.equal(rows[0].holder, null, 'a round that ended hands its lease back, whatever its close() does');
+  });
+
   it("a round waiting for a lock past the stop's timeout has its statement cancelled: nothing waits for the lock after the stop", { timeout: 60_000 }, async () => {
     const opened = await openOwn({});
     const { mailroom, schema, errors } = opened;

@@ -296,10 +296,8 @@ export class Relay extends SafeEmitter<RelayEvents> {
     for (const s of this.states) {
       const closing = Promise.resolve()
         .then(() => s.target.close?.())
-        .then(
-          () => true,
-          (e: unknown) => (this.report(e), true),
-        );
+        .catch((e: unknown) => this.report(e))
+        .then(() => true);
       if (!(await within(closing, Math.max(STOP_GRACE_MS, deadline - Date.now()), false))) {
         this.report(new MailroomError(`relay ${this.id}: target ${s.target.name}'s close() did not resolve within the stop's timeout; the relay stopped without waiting for it`));
       }
