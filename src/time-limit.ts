@@ -51,3 +51,24 @@ export async function unlessAborted<T>(promise: Promise<T>, signal: AbortSignal)
     signal.removeEventListener('abort', onAbort!);
   }
 }
+
+/**
+ * Waits for `work` (which must not reject) for `waitMs`. If it has not ended
+ * by then, aborts `halt` with `reason`, calls `onCut`, and gives the cancelled
+ * work at most STOP_GRACE_MS more to unwind. Resolves true when `work` ended
+ * within `waitMs`, false when it was cut short.
+ *
+ * @example
+ * const inTime = await endOrCut(drained, 5_000, { halt, reason: new Error('stopped'), onCut: () => report(cutShortError) });
+ */
+export async function endOrCut(
+  work: Promise<unknown>,
+  waitMs: number,
+  cut: { halt: AbortController; reason: Error; onCut: () => void },
+): Promise<boolean> {
+  if (await within(work.then(() => true), waitMs, false)) return true;
+  cut.halt.abort(cut.reason);
+  cut.onCut();
+  await within(work.then(() => undefined), STOP_GRACE_MS, undefined);
+  return false;
+}

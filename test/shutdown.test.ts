@@ -503,3 +503,68 @@ describe("a worker's and a broker group's stop do not wait past their timeout fo
     assert.equal(rows[0].n, 1, 'the cancelled store was rolled back: only the first message is stored');
   });
 });
+
+describe('a stop is one deadline, and what it closes last does not hold it (PostgreSQL)', { skip: databaseUrl ? false : 'TEST_DATABASE_URL is not set' }, () => {
+  const { schemas, clients } = cleanedUp();
+
+  it("a broker group's source whose stop() never resolves is left behind at the timeout, and the handlers get only what is left of it", { timeout: 60_000 }, async () => {
+    const opened = await openOwn({});
+    const { mailroom, schema, errors } = opened;
+    schemas.push(schema);
+    const shipped = defineEvent<{ n: number }>('shutdown.shipped-hanging', { version: 1 });
+    const source = scriptedSource('stuck-broker', { stopHangs: true });
+    let aborted = false;
+    let started!: () => void;
+    const running = new Promise<void>((resolve) => (started = resolve));
+    const handlers = {
+      [shipped.type]: async (_event: unknown, context: { signal: AbortSignal }) => {
+        started();
+        await new Promise<void>((resolve) => context.signal.addEventListener('abort', () => resolve(), { once: true }));
+        aborted = true;
+      },
+    };
+    const consumer = mailroom.consumer({ group: 'stuck', source, pollInterval: '50ms', handlers });
+    await consumer.start();
+    const message = JSON.stringify({ specversion: '1.0', id: 'm1', source: 'https://warehouse.example', type: shipped.type, data: { n: 1 } });
+    assert.equal(await source.push(message), 'ack');
+    await running;
+    const began = Date.now();
+    await consumer.stop({ timeout: '2s' });
+    const waited = Date.now() - began;
+    // The source's stop takes the whole timeout; the worker then gets none of it: its handler is aborted at once.
+    assert.ok(waited >= 1950, `stop() resolved after ${waited} ms, before its timeout of 2000 ms`);
+    assert.ok(waited < 3500, `stop() took ${waited} ms with a timeout of 2000 ms: the timeout was given twice, or the source's stop was waited for`);
+    assert.ok(aborted, 'the running handler was aborted');
+    const messages = errors.map((e) => (e instanceof Error ? e.message : String(e)));
+    assert.equal(messages.length, 1, `one error reported, got: ${messages.join(' | ')}`);
+    assert.match(messages[0]!, /consumer stuck: scripted source stuck-broker's stop\(\) did not resolve within \d+ ms/);
+    const lock = await holder(clients);
+    const { rows } = await lock.client.query(`SELECT state FROM "${schema}".jobs`);
+    assert.deepEqual(
+      rows.map((r) => r.state),
+      ['available'],
+      'the aborted handler\'s job was handed back to the queue',
+    );
+  });
+
+  it("a worker's stop does not wait past its timeout to remove its wake-up row held by a lock", { timeout: 60_000 }, async () => {
+    const opened = await openOwn({});
+    const { mailroom, schema, errors } = opened;
+    schemas.push(schema);
+    const worker = mailroom.worker({ queues: ['quiet'], handlers: {}, maintenance: false, pollInterval: '50ms' });
+    await worker.start();
+    const lock = await holder(clients);
+    const listed = async () => (await lock.client.query(`SELECT count(*)::int AS n FROM "${schema}".wake_listeners`)).rows[0].n > 0;
+    await until(listed, 'the idle worker recorded itself in wake_listeners');
+    await lock.client.query(`SELECT 1 FROM "${schema}".wake_listeners FOR UPDATE`);
+    const began = Date.now();
+    await worker.stop({ timeout: '1s' });
+    const waited = Date.now() - began;
+    assert.ok(waited >= 950 && waited < 4000, `stop() took ${waited} ms with a timeout of 1000 ms`);
+    assert.equal(await lock.waiting(), 0, 'the removal still waits for the lock after stop() resolved');
+    const messages = errors.map((e) => (e instanceof Error ? e.message : String(e)));
+    assert.equal(messages.length, 1, `one error reported, got: ${messages.join(' | ')}`);
+    assert.match(messages[0]!, /stopped without removing its row from wake_listeners: the removal did not end within \d+ ms/);
+    await lock.client.query('COMMIT');
+  });
+});

@@ -58,6 +58,40 @@ describe('statements cancelled by a signal (PostgreSQL)', { skip: databaseUrl ? 
     }
   });
 
+  it("a transaction aborted while its statement waits for a lock rejects only once that statement ended on the server", { timeout: 60_000 }, async () => {
+    const pool = new pg.Pool({ connectionString: databaseUrl, max: 4 });
+    const driver = new PgDriver(pool, true);
+    const admin = new pg.Client({ connectionString: databaseUrl });
+    await admin.connect();
+    const schema = uniqueSchema('txcancel');
+    try {
+      await admin.query(`CREATE SCHEMA "${schema}"; CREATE TABLE "${schema}".t (id int PRIMARY KEY); INSERT INTO "${schema}".t VALUES (1)`);
+      await admin.query('BEGIN');
+      await admin.query(`SELECT 1 FROM "${schema}".t WHERE id = 1 FOR UPDATE`);
+      const adminPid = (await admin.query<{ pid: number }>('SELECT pg_backend_pid() AS pid')).rows[0]!.pid;
+      const waiting = async () => {
+        await admin.query('SELECT pg_stat_clear_snapshot()');
+        return (await admin.query<{ n: number }>('SELECT count(*)::int AS n FROM pg_stat_activity WHERE $1 = ANY(pg_blocking_pids(pid))', [adminPid])).rows[0]!.n;
+      };
+      // Ten rounds: the rejection and the server's end of the statement must not race.
+      for (let round = 0; round < 10; round++) {
+        const controller = new AbortController();
+        const reason = new Error(`round ${round} stopped`);
+        const locking = driver.transaction((tx) => tx.query(`UPDATE "${schema}".t SET id = 1 WHERE id = 1`), { signal: controller.signal });
+        for (let i = 0; i < 400 && (await waiting()) === 0; i++) await sleep(5);
+        assert.equal(await waiting(), 1, `round ${round}: the transaction's statement waits for the lock`);
+        controller.abort(reason);
+        await assert.rejects(locking, (error) => error === reason);
+        assert.equal(await waiting(), 0, `round ${round}: the transaction rejected while its statement still waited for the lock`);
+      }
+    } finally {
+      await admin.query('ROLLBACK').catch(() => {});
+      await admin.query(`DROP SCHEMA IF EXISTS "${schema}" CASCADE`);
+      await admin.end();
+      await driver.close();
+    }
+  });
+
   it('a signal aborted before the statement: it is not run', async () => {
     const pool = new pg.Pool({ connectionString: databaseUrl, max: 1 });
     const driver = new PgDriver(pool, true);

@@ -170,16 +170,20 @@ export class Consumer extends SafeEmitter<ConsumerEvents> {
    * given back to the broker. An inbox prune in flight ends after its current
    * batch, or has its statement cancelled after `timeout` (at least a second;
    * reported as an error); so has a store in flight, whose messages are then
-   * given back to the broker.
+   * given back to the broker. The timeout is one deadline for the whole
+   * stop: the handlers get what the source's stop left of it, and a source
+   * whose own stop does not resolve in time is left behind (reported).
    *
    * @example
    * await billing.stop({ timeout: '10s' });
    */
   async stop(options: { timeout?: Duration } = {}): Promise<void> {
     const limitMs = toMilliseconds(options.timeout ?? '30s', 'stop timeout');
+    const deadline = Date.now() + limitMs;
+    // One deadline for both: the worker's handlers get what the source's stop left of the timeout.
     const handling = async () => {
       await this.ingest?.stop(limitMs);
-      await this.worker.stop(options);
+      await this.worker.stop({ timeout: Math.max(0, deadline - Date.now()) });
     };
     await Promise.all([this.pruning?.stop(limitMs), handling()]);
   }

@@ -12,7 +12,7 @@ import type { ConsumerSource, SourceMessage } from '../brokers/source.ts';
 import type { SafetyWarning } from '../brokers/safety.ts';
 import type { Driver } from '../storage/driver.ts';
 import { abortableDriver } from '../storage/abortable-driver.ts';
-import { STOP_GRACE_MS, within } from '../time-limit.ts';
+import { endOrCut, STOP_GRACE_MS, within } from '../time-limit.ts';
 import { MailroomError } from '../errors.ts';
 import { Waker } from '../worker/waker.ts';
 import { isConcurrencyConflict } from '../storage/conflicts.ts';
@@ -130,7 +130,8 @@ export class SourceIngest {
    * Stores and acknowledges what is in hand, gives back what could not be
    * stored, and stops the source. A store still in flight after `limitMs` (at
    * least a second: waiting for a lock, say) is cancelled and reported, and
-   * its messages are given back.
+   * its messages are given back. The source's own stop gets what is left of
+   * `limitMs` (at least a second) and is then left behind, reported.
    */
   async stop(limitMs = Number.POSITIVE_INFINITY): Promise<void> {
     if (this.state === 'stopped' || this.state === 'idle') {
@@ -140,20 +141,32 @@ export class SourceIngest {
     if (this.state === 'running') this.state = 'stopping';
     this.retryWaker.poke();
     this.endHold?.();
+    const deadline = Date.now() + limitMs;
     const draining = this.draining ?? Promise.resolve();
     const waitMs = Math.max(STOP_GRACE_MS, limitMs);
-    if (!(await within(draining.then(() => true), waitMs, false))) {
-      this.halt.abort(new MailroomError(`consumer ${this.deps.group} stopped: a store was still in flight ${waitMs} ms into stop()`));
+    await endOrCut(draining, waitMs, {
+      halt: this.halt,
+      reason: new MailroomError(`consumer ${this.deps.group} stopped: a store was still in flight ${waitMs} ms into stop()`),
+      onCut: () =>
+        this.deps.report(
+          new MailroomError(
+            `consumer ${this.deps.group}: the store in flight from ${this.source.kind} ${this.source.name} did not end within ${waitMs} ms of stop() (its timeout, at least a second; ` +
+              'a statement waiting for a lock, say). It was cancelled and rolled back, and its messages given back to the broker unacknowledged: the broker delivers them again',
+          ),
+        ),
+    });
+    for (const message of this.buffer.splice(0)) await settle(message.nack.bind(message), this.deps.report);
+    // A source whose broker never answers its close is given what is left of the timeout (at least a second), then left behind.
+    const closeMs = Math.max(STOP_GRACE_MS, deadline - Date.now());
+    const closed = settle(() => this.source.stop(), this.deps.report).then(() => true);
+    if (!(await within(closed, closeMs, false))) {
       this.deps.report(
         new MailroomError(
-          `consumer ${this.deps.group}: the store in flight from ${this.source.kind} ${this.source.name} did not end within ${waitMs} ms of stop() (its timeout, at least a second; ` +
-            'a statement waiting for a lock, say). It was cancelled and rolled back, and its messages given back to the broker unacknowledged: the broker delivers them again',
+          `consumer ${this.deps.group}: ${this.source.kind} source ${this.source.name}'s stop() did not resolve within ${closeMs} ms (what was left of the stop's timeout, at least a second); ` +
+            'the group stopped without waiting for it. Messages it delivered and mailroom did not acknowledge go back to the broker when its connection ends',
         ),
       );
-      await within(draining, STOP_GRACE_MS, undefined);
     }
-    for (const message of this.buffer.splice(0)) await settle(message.nack.bind(message), this.deps.report);
-    await this.source.stop();
     this.state = 'stopped';
   }
 

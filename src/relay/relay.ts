@@ -7,7 +7,7 @@ import type { OutboxQueries } from '../events/outbox-queries.ts';
 import type { Driver } from '../storage/driver.ts';
 import { PeriodicPass, RUN_TO_END, type PassControl } from '../storage/periodic-pass.ts';
 import { abortableDriver } from '../storage/abortable-driver.ts';
-import { STOP_GRACE_MS, unlessAborted, within } from '../time-limit.ts';
+import { endOrCut, STOP_GRACE_MS, unlessAborted, within } from '../time-limit.ts';
 import { inBatches } from '../storage/batches.ts';
 import { findHolder, type HeldBackBy } from './held-back.ts';
 import type { ResolvedRelayOptions } from './options.ts';
@@ -278,12 +278,15 @@ export class Relay extends SafeEmitter<RelayEvents> {
     );
     // Rounds still in flight after the timeout (at least a second) are cut short: their statements cancelled, a publish left unanswered.
     const waitMs = Math.max(STOP_GRACE_MS, limitMs);
-    const cut = (await within(drained.then(() => true), waitMs, false)) ? [] : this.states.filter((_, i) => !ended[i]);
-    if (cut.length > 0) {
-      this.halt.abort(new MailroomError(`relay ${this.id} stopped: rounds were still in flight ${waitMs} ms into stop()`));
-      this.report(this.cutShort(cut, waitMs));
-      await within(drained, STOP_GRACE_MS, undefined);
-    }
+    let cut: TargetState[] = [];
+    await endOrCut(drained, waitMs, {
+      halt: this.halt,
+      reason: new MailroomError(`relay ${this.id} stopped: rounds were still in flight ${waitMs} ms into stop()`),
+      onCut: () => {
+        cut = this.states.filter((_, i) => !ended[i]);
+        if (cut.length > 0) this.report(this.cutShort(cut, waitMs));
+      },
+    });
     await passes;
     for (const s of this.states) {
       const token = s.token;
@@ -303,8 +306,8 @@ export class Relay extends SafeEmitter<RelayEvents> {
       }
     }
     if (wasRunning) {
-      await this.gate.close().catch((e: unknown) => this.report(e));
-      await this.unlisten?.().catch(() => {});
+      await this.gate.close(Math.max(STOP_GRACE_MS, deadline - Date.now())).catch((e: unknown) => this.report(e));
+      await within(this.unlisten?.().catch(() => {}) ?? Promise.resolve(), STOP_GRACE_MS, undefined);
     }
     this.state = 'stopped';
   }

@@ -5,6 +5,8 @@ import { STALL_CHECK, StalledStatements, type StallCheck } from './stalled-state
 
 const RECONNECT_DELAY_MS = 1000;
 const ignore = (): void => {};
+/** How long an aborted transaction waits for its cancelled statement to end on the server before it closes the connection anyway. */
+const CANCEL_WAIT_MS = 500;
 
 /**
  * How often the LISTEN connection is asked a `SELECT 1`, and how long it may
@@ -125,6 +127,8 @@ export class PgDriver implements Driver {
     const begin = beginStatement(options);
     const client = await this.stalls.checkout();
     let inFlight = 0;
+    /** The statement sent last: an abort waits for it to end on the server (its lock wait with it). */
+    let sent: Promise<unknown> = Promise.resolve();
     let committing = false;
     let released = false;
     const release = (destroy: boolean) => {
@@ -136,7 +140,9 @@ export class PgDriver implements Driver {
       if (signal?.aborted && !committing) throw signal.reason;
       inFlight++;
       try {
-        return await this.stalls.track(client, client.query<R>(config));
+        const result = this.stalls.track(client, client.query<R>(config));
+        sent = result;
+        return await result;
       } finally {
         inFlight--;
       }
@@ -150,14 +156,12 @@ export class PgDriver implements Driver {
     };
     client.on('error', onError);
     // Aborted before COMMIT: the statement in flight is cancelled (it may wait for a lock, which a
-    // closed socket does not end) and the connection closed, which rolls the transaction back.
+    // closed socket does not end); once it ended, the connection is closed, which rolls the
+    // transaction back (see the catch below).
     const onAbort = () => {
       if (committing) return;
       const pid = this.stalls.serverPid(client);
       if (inFlight > 0 && pid !== undefined) void this.pool.query('SELECT pg_cancel_backend($1)', [pid]).catch(() => {});
-      client.off('error', onError);
-      client.on('error', ignore);
-      release(true);
     };
     signal?.addEventListener('abort', onAbort, { once: true });
     try {
@@ -180,7 +184,15 @@ export class PgDriver implements Driver {
       await send('COMMIT');
       return value;
     } catch (err) {
-      if (signal?.aborted && !committing) throw signal.reason;
+      if (signal?.aborted && !committing) {
+        // The transaction rejects only once its cancelled statement ended on the server (or the wait ran out):
+        // a stop that then resolves leaves nothing of it waiting for a lock.
+        if (inFlight > 0) await within(sent.then(ignore, ignore), CANCEL_WAIT_MS, undefined);
+        client.off('error', onError);
+        client.on('error', ignore);
+        release(true);
+        throw signal.reason;
+      }
       try {
         await send('ROLLBACK');
       } catch {

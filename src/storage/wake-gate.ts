@@ -19,6 +19,12 @@
  */
 import type { Driver, NamedQuery } from './driver.ts';
 import { namedQueries } from './named.ts';
+import { MailroomError } from '../errors.ts';
+import { MAX_TIMER_MS, unlessAborted, within } from '../time-limit.ts';
+
+const ignore = (): void => {};
+/** How long a stop that gave up on the removal waits for its cancelled statement to end on the server. */
+const CANCEL_WAIT_MS = 500;
 
 /** Notifications within {@link BUSY_WINDOW_MS} past which a listener stops asking for them. */
 export const BUSY_NOTIFIES = 50;
@@ -167,10 +173,26 @@ export class WakeGate {
     return Math.min(this.pollMs, this.refreshMs);
   }
 
-  /** Takes the row away for good (the listener stops). */
-  async close(): Promise<void> {
+  /**
+   * Takes the row away for good (the listener stops). A removal not done
+   * within `limitMs` (a lock on the row, say) is cancelled and rejects: the
+   * row is then left to the clean-up of stale listeners.
+   */
+  async close(limitMs = Number.POSITIVE_INFINITY): Promise<void> {
     this.closed = true;
-    await this.serialized(() => this.driver.run(this.queries.unregister, [this.channels, this.listener]));
+    const signal = limitMs > MAX_TIMER_MS ? undefined : AbortSignal.timeout(limitMs);
+    const unregister = this.serialized(() => this.driver.run(this.queries.unregister, [this.channels, this.listener], { signal }));
+    try {
+      await (signal ? unlessAborted(unregister, signal) : unregister);
+    } catch (error) {
+      if (!signal?.aborted) throw error;
+      // The removal's statement is cancelled on the server: it ends there before the stop goes on (or the wait runs out).
+      await within(unregister.then(ignore, ignore), CANCEL_WAIT_MS, undefined);
+      throw new MailroomError(
+        `listener ${this.listener} (${this.channels.join(', ')}) stopped without removing its row from wake_listeners: the removal did not end within ${limitMs} ms (what was left of the stop's timeout, at least a second; ` +
+          `a lock on the row, say) and was cancelled. The row is dropped by the next listener that records itself after ${STALE_MINUTES} minutes; until then enqueues notify a listener that is gone`,
+      );
+    }
     this.registered = false;
   }
 

@@ -4,7 +4,7 @@ import { toMilliseconds, type Duration } from '../duration.ts';
 import type { JobQueries } from '../jobs/queries.ts';
 import type { Driver } from '../storage/driver.ts';
 import { abortableDriver } from '../storage/abortable-driver.ts';
-import { STOP_GRACE_MS, within } from '../time-limit.ts';
+import { endOrCut, STOP_GRACE_MS, within } from '../time-limit.ts';
 import { MailroomError } from '../errors.ts';
 import { Completer } from './completer.ts';
 import { execute, type ExecutionDeps, type Outcome } from './execute.ts';
@@ -227,16 +227,15 @@ export class Worker extends SafeEmitter<WorkerEvents> {
     this.poke();
     const handedBack = this.handBack(timeoutMs);
     // The writes get the timeout, and at least a second after the handlers were given up on; then they are cancelled.
-    const inTime = async (ms: number) => within(handedBack.then(() => true), ms, false);
-    if (!(await inTime(timeoutMs)) && !(await inTime(STOP_GRACE_MS))) {
-      this.halt.abort(new MailroomError(`worker ${this.id} stopped: stop()'s writes were cut short`));
-      this.report(this.cutShort(timeoutMs));
-      await within(handedBack, STOP_GRACE_MS, undefined);
-    }
+    await endOrCut(handedBack, timeoutMs + STOP_GRACE_MS, {
+      halt: this.halt,
+      reason: new MailroomError(`worker ${this.id} stopped: stop()'s writes were cut short`),
+      onCut: () => this.report(this.cutShort(timeoutMs)),
+    });
     // A maintenance pass in flight gets what is left of the timeout (at least a second), then its statement is cancelled.
     await this.shutdownTimers(deadline - Date.now());
-    await this.gate.close().catch((error: unknown) => this.report(error));
-    await this.unlisten?.().catch(() => {});
+    await this.gate.close(Math.max(STOP_GRACE_MS, deadline - Date.now())).catch((error: unknown) => this.report(error));
+    await within(this.unlisten?.().catch(() => {}) ?? Promise.resolve(), STOP_GRACE_MS, undefined);
     this.state = 'stopped';
   }
 

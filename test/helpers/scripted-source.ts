@@ -14,7 +14,8 @@ export interface ScriptedSource extends ConsumerSource {
   readonly stopped: boolean;
 }
 
-export function scriptedSource(name = 'scripted'): ScriptedSource {
+/** `stopHangs`: its stop() never resolves (a broker that never answers a close). */
+export function scriptedSource(name = 'scripted', options: { stopHangs?: boolean } = {}): ScriptedSource {
   let deliver: ((m: SourceMessage) => void) | null = null;
   let context: SourceContext | null = null;
   let stopped = false;
@@ -35,6 +36,7 @@ export function scriptedSource(name = 'scripted'): ScriptedSource {
     async stop() {
       stopped = true;
       deliver = null;
+      if (options.stopHangs) await new Promise<never>(() => {});
     },
     push(body, options = {}) {
       if (deliver === null) throw new Error('the scripted source is not started');
