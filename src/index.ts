@@ -14,6 +14,8 @@ export type { DesiredWorkersOptions, ResolvedDesiredWorkersOptions } from './obs
 export { defineJob, handle } from './define.ts';
 export type { JobDefinition, JobOptions, JobData, JobInput } from './define.ts';
 export { PermanentError, RetryableError, RateLimitedError, ValidationError, MailroomError, TransactionEndedError } from './errors.ts';
+export { StalledConnectionError } from './storage/stalled-statements.ts';
+export type { StallCheckOptions } from './storage/stall-check-options.ts';
 export type { RetryAfter } from './retry/retry-after.ts';
 export { snooze, isSnooze } from './snooze.ts';
 export { cancel, isCancel } from './cancel.ts';

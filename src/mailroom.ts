@@ -10,6 +10,8 @@ import { jobQueries, type JobQueries } from './jobs/queries.ts';
 import { stepQueries, type StepQueries } from './jobs/step-queries.ts';
 import { DEFAULT_MAX_PAYLOAD_BYTES } from './payload.ts';
 import { connect, type DatabaseOption } from './storage/connect.ts';
+import { resolveStallCheck, type StallCheckOptions } from './storage/stall-check-options.ts';
+import type { StallCheck } from './storage/stalled-statements.ts';
 import { asQueryable, type Driver, type Queryable, type TransactionLike } from './storage/driver.ts';
 import { adminQueries, type AdminQueries } from './jobs/admin-queries.ts';
 import { cancelJob, retryJob, type JobActionResult } from './jobs/admin.ts';
@@ -105,6 +107,14 @@ export interface MailroomOptions {
    * and per-worker concurrency, and a prefix for every metric name.
    */
   metrics?: MetricsOptions;
+  /**
+   * When a PostgreSQL connection that stopped answering is given up on (a
+   * failover, a partition, a NAT that dropped it): a statement unanswered for
+   * `after` (default `'15s'`) is looked up on the server every `every`
+   * (`'5s'`), each look taking at most `answer` (`'10s'`). `false` switches
+   * it off. No effect on PGlite. See docs/STORAGE.md.
+   */
+  stallCheck?: StallCheckOptions | false;
 }
 
 export type { QueueSettings } from './queue-settings.ts';
@@ -576,7 +586,7 @@ export class Mailroom extends SafeEmitter<MailroomEvents> {
  * await mailroom.migrate();
  */
 export async function createMailroom(options: MailroomOptions = {}): Promise<Mailroom> {
-  return openMailroom(options, (poolSize) => connect(options.database as DatabaseOption | undefined, poolSize));
+  return openMailroom(options, (poolSize, stallCheck) => connect(options.database as DatabaseOption | undefined, poolSize, stallCheck));
 }
 
 /**
@@ -600,11 +610,11 @@ function warnMisnamedHandlers(options: WorkerOptions): void {
 
 const MAILROOM_OPTION_NAMES: OptionNames<MailroomOptions> = {
   database: true, schema: true, maxPayloadBytes: true, poolSize: true, rescueInterval: true, retention: true,
-  source: true, queues: true, redact: true, logger: true, metrics: true,
+  source: true, queues: true, redact: true, logger: true, metrics: true, stallCheck: true,
 };
 
 /** createMailroom's checks, then a mailroom on the driver `open` gives (mailroom/testing opens an in-memory database). */
-export async function openMailroom(options: MailroomOptions, open: (poolSize: number) => Promise<Driver>): Promise<Mailroom> {
+export async function openMailroom(options: MailroomOptions, open: (poolSize: number, stallCheck: StallCheck) => Promise<Driver>): Promise<Mailroom> {
   checkOptionNames(options, MAILROOM_OPTION_NAMES, 'createMailroom');
   quoteSchema(options.schema ?? 'mailroom');
   if (options.maxPayloadBytes !== undefined && (!Number.isInteger(options.maxPayloadBytes) || options.maxPayloadBytes < 1)) {
@@ -621,5 +631,6 @@ export async function openMailroom(options: MailroomOptions, open: (poolSize: nu
   checkRedactPaths(options.redact);
   if (options.logger !== undefined) checkLogger(options.logger);
   checkQueueSettings(options.queues);
-  return new Mailroom(await open(poolSize), options);
+  const stallCheck = resolveStallCheck(options.stallCheck);
+  return new Mailroom(await open(poolSize, stallCheck), options);
 }

@@ -13,6 +13,9 @@ import { describe, test } from 'node:test';
 import { z } from 'zod';
 import { createMailroom, defineEvent, defineJob, MailroomError, ValidationError, type JobDefinition } from '../src/index.ts';
 import { databaseUrl, testDatabases, type TestMailroom } from './helpers/databases.ts';
+import { ConfigProblem } from '../src/config/config-error.ts';
+import { validateConfig } from '../src/config/validate-config.ts';
+import { resolveStallCheck } from '../src/storage/stall-check-options.ts';
 import { waitForEvents } from './helpers/events.ts';
 
 const INJECTIONS = [`x"; DROP TABLE jobs; --`, `'; DELETE FROM jobs; --`, `jobs; TRUNCATE jobs`, `a" OR "1"="1`];
@@ -62,7 +65,7 @@ async function refused(
   return caught;
 }
 
-test('createMailroom checks every option before it opens anything: a bad redact, logger, queues or rescueInterval leaves no embedded database behind', async () => {
+test('createMailroom checks every option before it opens anything: a bad redact, logger, queues, rescueInterval or stallCheck leaves no embedded database behind', async () => {
   const cwd = process.cwd();
   const dir = mkdtempSync(join(tmpdir(), 'mailroom-options-'));
   const saved = process.env.DATABASE_URL;
@@ -76,6 +79,10 @@ test('createMailroom checks every option before it opens anything: a bad redact,
       [{ queues: { email: { owner: 7 } } as never }, /queues\.email\.owner must be the owning team's name/],
       [{ queues: ['email'] as never }, /queues must be an object of queue name -> settings; got an array|queues must be an object/],
       [{ rescueInterval: 'soon' as never }, /rescueInterval: "soon" is not a duration/],
+      [{ stallCheck: { after: 'soon' as never } }, /stallCheck\.after: "soon" is not a duration/],
+      [{ stallCheck: { every: 0 } }, /stallCheck\.every: must be above 0, got 0; to switch the check off, pass stallCheck: false/],
+      [{ stallCheck: { aftr: '5s' } as never }, /stallCheck: unknown option "aftr"; did you mean "after"\?/],
+      [{ stallCheck: true as never }, /stallCheck: expected \{ after, every, answer \} \(durations\) or false, got boolean/],
       [{ database: '' }, /database: got an empty string \(is DATABASE_URL set but empty\?\); give a postgres:\/\/ URL, or leave it unset/],
     ];
     for (const [options, message] of cases) {
@@ -92,6 +99,20 @@ test('createMailroom checks every option before it opens anything: a bad redact,
     if (saved !== undefined) process.env.DATABASE_URL = saved;
     rmSync(dir, { recursive: true, force: true });
   }
+});
+
+test('stallCheck: defaults filled in, false never gives up on a statement, and a config file is checked the same way', () => {
+  assert.deepEqual(resolveStallCheck(undefined), { afterMs: 15_000, everyMs: 5_000, answerMs: 10_000 });
+  assert.deepEqual(resolveStallCheck({ after: '5s' }), { afterMs: 5_000, everyMs: 5_000, answerMs: 10_000 });
+  const off = resolveStallCheck(false);
+  assert.equal(off.afterMs, Number.POSITIVE_INFINITY);
+  assert.equal(off.answerMs, Number.POSITIVE_INFINITY);
+  assert.throws(() => validateConfig({ stallCheck: { answer: '-1s' } }, 'json'), (error: unknown) => {
+    assert.ok(error instanceof ConfigProblem, String(error));
+    assert.equal(error.path, 'stallCheck.answer');
+    return true;
+  });
+  assert.deepEqual(validateConfig({ stallCheck: false }, 'json').stallCheck, false);
 });
 
 test('a server that cannot be reached, a database that does not exist: the error names the server (without the password) and what to check', async () => {

@@ -194,6 +194,43 @@ describe('pooled connections that stopped answering (PostgreSQL)', { skip: datab
     }
   });
 
+  it("createMailroom's stallCheck sets when a stalled connection is given up on; false leaves its statements waiting", { timeout: 60_000 }, async () => {
+    const server = new URL(databaseUrl!);
+    const ownProxy = await FaultProxy.start({ host: server.hostname, port: Number(server.port || 5432) });
+    const url = new URL(databaseUrl!);
+    url.hostname = '127.0.0.1';
+    url.port = String(ownProxy.port);
+    const quick = await createMailroom({ database: url.toString(), poolSize: 2, stallCheck: { after: '500ms', every: '100ms', answer: '3s' } });
+    const off = await createMailroom({ database: url.toString(), poolSize: 2, stallCheck: false });
+    try {
+      await quick.transaction((tx) => tx.query('SELECT 1'));
+      await off.transaction((tx) => tx.query('SELECT 1'));
+      assert.ok(ownProxy.stallOpen() >= 2, 'both connections stalled');
+      let offOutcome: unknown = 'pending';
+      const offStatement = off.transaction((tx) => tx.query('SELECT 2')).then(
+        () => (offOutcome = 'answered'),
+        (error: unknown) => (offOutcome = error),
+      );
+      const began = Date.now();
+      await assert.rejects(quick.transaction((tx) => tx.query('SELECT 2')), (error: unknown) => {
+        assert.ok(error instanceof StalledConnectionError, `a StalledConnectionError, got ${String(error)}`);
+        return true;
+      });
+      const waited = Date.now() - began;
+      assert.ok(waited >= 500 && waited < 5000, `given up on after ${waited} ms with stallCheck.after 500 ms (the default is 15 s)`);
+      await sleep(2000);
+      assert.equal(offOutcome, 'pending', 'with stallCheck: false the statement still waits, 2 s past when the other was given up on');
+      await ownProxy.close(); // the connection ends at last (as the operating system would end it)
+      await offStatement;
+      const ended: unknown = offOutcome;
+      assert.ok(ended instanceof Error && !(ended instanceof StalledConnectionError), `it failed with the connection's own end, not given up on: ${String(ended)}`);
+    } finally {
+      await ownProxy.close().catch(() => {});
+      await quick.close({ timeout: '1s' });
+      await off.close({ timeout: '1s' });
+    }
+  });
+
   it('a worker whose connections stall goes on claiming and completing on new ones', { timeout: 60_000 }, async () => {
     const schema = uniqueSchema('stall');
     const direct = await createMailroom({ database: databaseUrl, schema });

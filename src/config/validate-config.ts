@@ -23,6 +23,7 @@ import { resolveWorkerOptions, WORKER_OPTION_NAMES, type WorkerOptions } from '.
 import { ConfigProblem } from './config-error.ts';
 import type { DashboardConfig, MailroomConfig, MetricsConfig } from './define-config.ts';
 import { childPath } from './key-path.ts';
+import { resolveStallCheck, type StallCheckOptions } from '../storage/stall-check-options.ts';
 
 /** Whether the config came from JSON (data only) or from code (may hold handlers and targets). */
 export type ConfigKind = 'json' | 'code';
@@ -48,8 +49,9 @@ const TOP_KEYS = {
   metrics: true,
   dashboard: true,
   shutdownTimeout: true,
+  stallCheck: true,
 } satisfies Keys<MailroomConfig>;
-const JSON_KEYS = ['database', 'schema', 'maxPayloadBytes', 'poolSize', 'rescueInterval', 'retention', 'source', 'queues', 'redact', 'migrate', 'relay', 'metrics', 'dashboard', 'shutdownTimeout'];
+const JSON_KEYS = ['database', 'schema', 'maxPayloadBytes', 'poolSize', 'rescueInterval', 'retention', 'source', 'queues', 'redact', 'migrate', 'relay', 'metrics', 'dashboard', 'shutdownTimeout', 'stallCheck'];
 const WORKER_KEYS = WORKER_OPTION_NAMES;
 const CONSUMER_KEYS = CONSUMER_OPTION_NAMES;
 const RELAY_KEYS = RELAY_OPTION_NAMES;
@@ -325,6 +327,7 @@ export function validateConfig(value: unknown, kind: ConfigKind): MailroomConfig
   checkInteger(value, '', 'maxPayloadBytes', 1, Number.MAX_SAFE_INTEGER);
   checkDuration(value, 'rescueInterval');
   checkDuration(value, 'shutdownTimeout');
+  if (value.stallCheck !== undefined) check('', value, () => resolveStallCheck(value.stallCheck as StallCheckOptions | false));
   if (value.source !== undefined) check('', value, () => assertSource(value.source, 'source'));
   checkQueues(value.queues);
   if (value.redact !== undefined) check('redact', value, () => checkRedactPaths(value.redact));

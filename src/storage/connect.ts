@@ -4,6 +4,7 @@ import { MailroomError } from '../errors.ts';
 import type { Driver } from './driver.ts';
 import { PgDriver } from './pg-driver.ts';
 import { PgliteDriver } from './pglite-driver.ts';
+import { STALL_CHECK, type StallCheck } from './stalled-statements.ts';
 
 /** Where mailroom keeps its data: a `postgres://` URL, a `pg.Pool`, or a PGlite instance. */
 export type DatabaseOption = string | pg.Pool | PGlite;
@@ -26,7 +27,7 @@ function isPgPool(value: object): value is pg.Pool {
  * `./.mailroom`. An empty string (a `DATABASE_URL` set but empty) is an error,
  * never the embedded database.
  */
-export async function connect(database: DatabaseOption | undefined, poolSize: number): Promise<Driver> {
+export async function connect(database: DatabaseOption | undefined, poolSize: number, stallCheck: StallCheck = STALL_CHECK): Promise<Driver> {
   const chosen = database ?? process.env.DATABASE_URL;
   if (chosen === '') {
     // Most often DATABASE_URL set but empty in a deployment: never fall back to a local database then.
@@ -45,14 +46,14 @@ export async function connect(database: DatabaseOption | undefined, poolSize: nu
       );
     }
     const pool = new pg.Pool({ connectionString: chosen, max: poolSize });
-    return new PgDriver(pool, true);
+    return new PgDriver(pool, true, undefined, stallCheck);
   }
   if (typeof chosen === 'object' && chosen !== null) {
     if (isPglite(chosen)) {
       await chosen.waitReady;
       return new PgliteDriver(chosen, false);
     }
-    if (isPgPool(chosen)) return new PgDriver(chosen, false);
+    if (isPgPool(chosen)) return new PgDriver(chosen, false, undefined, stallCheck);
   }
   throw new MailroomError('database: expected a postgres:// URL, a pg.Pool or a PGlite instance');
 }
