@@ -23,6 +23,25 @@ const sleep = (ms: number) => new Promise((resolve) => setTimeout(resolve, ms));
 const QUICK: StallCheck = { afterMs: 400, everyMs: 100, answerMs: 3000 };
 const LISTEN_QUICK = { everyMs: 300, answerMs: 500 };
 
+/**
+ * Watches `statement` on a stalled connection: after `during` it must still be waiting (nothing gave
+ * up on it); then `proxy` closes, as the operating system would end the connection at last, and it
+ * must fail with the connection's own end, not a StalledConnectionError.
+ */
+async function waitsUntilTheConnectionEnds(statement: Promise<unknown>, during: Promise<unknown>, proxy: FaultProxy, what: string): Promise<void> {
+  let outcome: unknown = 'pending';
+  const settled = statement.then(
+    () => (outcome = 'answered'),
+    (error: unknown) => (outcome = error),
+  );
+  await during;
+  assert.equal(outcome, 'pending', `the statement is still waiting ${what}`);
+  await proxy.close();
+  await settled;
+  const ended: unknown = outcome;
+  assert.ok(ended instanceof Error && !(ended instanceof StalledConnectionError), `it failed with the connection's own end, not given up on: ${String(ended)}`);
+}
+
 describe('pooled connections that stopped answering (PostgreSQL)', { skip: databaseUrl ? false : 'set TEST_DATABASE_URL' }, () => {
   let proxy: FaultProxy;
   let admin: pg.Pool;
@@ -177,17 +196,7 @@ describe('pooled connections that stopped answering (PostgreSQL)', { skip: datab
     try {
       await driver.query('SELECT 1');
       ownProxy.stallOpen();
-      let outcome: unknown = 'pending';
-      const statement = driver.query('SELECT 2').then(
-        () => (outcome = 'answered'),
-        (error: unknown) => (outcome = error),
-      );
-      await sleep(QUICK.afterMs * 4);
-      assert.equal(outcome, 'pending', 'the statement is still waiting after four times afterMs');
-      await ownProxy.close(); // the connection ends at last (as the operating system would end it)
-      await statement;
-      const ended: unknown = outcome;
-      assert.ok(ended instanceof Error && !(ended instanceof StalledConnectionError), `it failed with the connection's own end, not given up on: ${String(ended)}`);
+      await waitsUntilTheConnectionEnds(driver.query('SELECT 2'), sleep(QUICK.afterMs * 4), ownProxy, 'after four times afterMs');
     } finally {
       await driver.close();
       await ownProxy.close().catch(() => {});
@@ -206,24 +215,17 @@ describe('pooled connections that stopped answering (PostgreSQL)', { skip: datab
       await quick.transaction((tx) => tx.query('SELECT 1'));
       await off.transaction((tx) => tx.query('SELECT 1'));
       assert.ok(ownProxy.stallOpen() >= 2, 'both connections stalled');
-      let offOutcome: unknown = 'pending';
-      const offStatement = off.transaction((tx) => tx.query('SELECT 2')).then(
-        () => (offOutcome = 'answered'),
-        (error: unknown) => (offOutcome = error),
-      );
-      const began = Date.now();
-      await assert.rejects(quick.transaction((tx) => tx.query('SELECT 2')), (error: unknown) => {
-        assert.ok(error instanceof StalledConnectionError, `a StalledConnectionError, got ${String(error)}`);
-        return true;
-      });
-      const waited = Date.now() - began;
-      assert.ok(waited >= 500 && waited < 5000, `given up on after ${waited} ms with stallCheck.after 500 ms (the default is 15 s)`);
-      await sleep(2000);
-      assert.equal(offOutcome, 'pending', 'with stallCheck: false the statement still waits, 2 s past when the other was given up on');
-      await ownProxy.close(); // the connection ends at last (as the operating system would end it)
-      await offStatement;
-      const ended: unknown = offOutcome;
-      assert.ok(ended instanceof Error && !(ended instanceof StalledConnectionError), `it failed with the connection's own end, not given up on: ${String(ended)}`);
+      const givenUpOn = (async () => {
+        const began = Date.now();
+        await assert.rejects(quick.transaction((tx) => tx.query('SELECT 2')), (error: unknown) => {
+          assert.ok(error instanceof StalledConnectionError, `a StalledConnectionError, got ${String(error)}`);
+          return true;
+        });
+        const waited = Date.now() - began;
+        assert.ok(waited >= 500 && waited < 5000, `given up on after ${waited} ms with stallCheck.after 500 ms (the default is 15 s)`);
+        await sleep(2000);
+      })();
+      await waitsUntilTheConnectionEnds(off.transaction((tx) => tx.query('SELECT 2')), givenUpOn, ownProxy, 'with stallCheck: false, 2 s past when the other was given up on');
     } finally {
       await ownProxy.close().catch(() => {});
       await quick.close({ timeout: '1s' });
