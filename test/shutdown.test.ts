@@ -394,6 +394,37 @@ describe("a relay's stop does not wait past its timeout for a round in flight (P
   });
 });
 
+describe("a relay's stop does not wait past its timeout to hand a lease back (PostgreSQL)", { skip: databaseUrl ? false : 'TEST_DATABASE_URL is not set' }, () => {
+  const { schemas, clients } = cleanedUp();
+
+  it("an idle relay whose cursor row is locked: the release is cancelled, reported, and the lease left to run out", { timeout: 60_000 }, async () => {
+    const opened = await openOwn({});
+    const { mailroom, schema, errors } = opened;
+    schemas.push(schema);
+    const noted = defineEvent<{ n: number }>('shutdown.locked-release', { version: 1 });
+    const sink: RelayTarget = { name: 'sink', publish: async () => {} };
+    // No round after the first delivery (a poll a minute away, nothing published): only the release meets the lock.
+    const relay = mailroom.relay({ to: [sink], internal: false, pollInterval: '1m', lease: '30s' });
+    const first = new Promise<void>((resolve) => relay.on('delivered', () => resolve()));
+    await relay.start();
+    await mailroom.publish(noted, { n: 0 });
+    await first;
+    const lock = await holder(clients);
+    await lock.client.query(`SELECT 1 FROM "${schema}".relay_cursors WHERE target = 'sink' FOR UPDATE`);
+    const began = Date.now();
+    await relay.stop({ timeout: '1s' });
+    const waited = Date.now() - began;
+    assert.ok(waited >= 950 && waited < 4000, `stop() took ${waited} ms with a timeout of 1000 ms`);
+    assert.equal(await lock.waiting(), 0, 'the release still waits for the lock after stop() resolved');
+    const messages = errors.map((e) => (e instanceof Error ? e.message : String(e)));
+    assert.equal(messages.length, 1, `one error reported, got: ${messages.join(' | ')}`);
+    assert.match(messages[0]!, /handing back target sink's lease did not end within \d+ ms .*the lease runs out within 30000 ms instead/);
+    await lock.client.query('COMMIT');
+    const { rows } = await lock.client.query(`SELECT holder FROM "${schema}".relay_cursors WHERE target = 'sink'`);
+    assert.equal(rows[0].holder, relay.id, 'the cancelled release changed nothing: the lease runs out instead');
+  });
+});
+
 describe("a relay's stop does not wait past its timeout for a round in flight (PGlite)", () => {
   it('a publish that never answers is left behind and its transaction rolled back: the one connection answers again', { timeout: 60_000 }, async () => {
     const [pglite] = testDatabases();

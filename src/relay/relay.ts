@@ -293,8 +293,18 @@ export class Relay extends SafeEmitter<RelayEvents> {
       s.token = null;
       // A round cut short may still have a publish out: its lease runs out instead, as after a crash.
       if (token === null || cut.includes(s)) continue;
-      const signal = AbortSignal.timeout(Math.max(STOP_GRACE_MS, deadline - Date.now()));
-      await this.driver.run(this.queries.release, [s.target.name, this.id, token], { signal }).catch((e: unknown) => this.report(e));
+      const releaseMs = Math.max(STOP_GRACE_MS, deadline - Date.now());
+      const signal = AbortSignal.timeout(releaseMs);
+      await this.driver.run(this.queries.release, [s.target.name, this.id, token], { signal }).catch((e: unknown) =>
+        this.report(
+          signal.aborted
+            ? new MailroomError(
+                `relay ${this.id}: handing back target ${s.target.name}'s lease did not end within ${releaseMs} ms (what was left of stop()'s timeout, at least a second; ` +
+                  `a lock on its relay_cursors row, say). It was cancelled: the lease runs out within ${this.options.leaseMs} ms instead, and another relay takes the target over then`,
+              )
+            : e,
+        ),
+      );
     }
     for (const s of this.states) {
       const closing = Promise.resolve()
