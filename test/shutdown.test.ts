@@ -403,12 +403,10 @@ describe("a relay's stop does not wait past its timeout to hand a lease back (Po
     schemas.push(schema);
     const noted = defineEvent<{ n: number }>('shutdown.locked-release', { version: 1 });
     const sink: RelayTarget = { name: 'sink', publish: async () => {} };
-    // No round after the first delivery (a poll a minute away, nothing published): only the release meets the lock.
-    const relay = mailroom.relay({ to: [sink], internal: false, pollInterval: '1m', lease: '30s' });
-    const first = new Promise<void>((resolve) => relay.on('delivered', () => resolve()));
-    await relay.start();
+    // Never started: flush() takes the lease and delivers, and no round runs after it, so only the release meets the lock.
+    const relay = mailroom.relay({ to: [sink], internal: false, lease: '30s' });
     await mailroom.publish(noted, { n: 0 });
-    await first;
+    assert.equal((await relay.flush()).sink?.delivered, 1);
     const lock = await holder(clients);
     await lock.client.query(`SELECT 1 FROM "${schema}".relay_cursors WHERE target = 'sink' FOR UPDATE`);
     const began = Date.now();

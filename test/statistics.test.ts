@@ -88,30 +88,39 @@ for (const db of testDatabases()) {
   });
 
   describe(`cached plans after the statistics change on ${db.name}`, () => {
-    itPlans(db, 'a claim planned on an empty table reads it whole until the check analyzes it; then it probes the primary key', async (t, session) => {
-      const claim = jobQueries(`"${t.schema}"`).claim;
-      const explainClaim = async (): Promise<string> => {
-        await session.query('BEGIN');
-        try {
-          const { rows } = await session.query<{ 'QUERY PLAN': string }>(`EXPLAIN (COSTS OFF) EXECUTE stale_claim('stats', 1000, 30000, 'plan-test')`);
-          return rows.map((r) => r['QUERY PLAN']).join('\n');
-        } finally {
-          await session.query('ROLLBACK');
-        }
-      };
-      // The generic plan a connection settles on while the table is empty (as a worker's does after five claims).
-      await session.query('SET plan_cache_mode = force_generic_plan');
-      await session.query(`PREPARE stale_claim AS ${claim.text}`);
-      const first = await explainClaim();
-      assert.match(first, /Seq Scan on jobs j/, `on an empty table the generic plan reads it whole:\n${first}`);
-      await enqueue(t, 3000);
-      await t.sql(`UPDATE "${t.schema}".jobs SET state = 'completed', finished_at = now() WHERE (payload->>'n')::int >= 100`);
-      const stale = await explainClaim();
-      assert.match(stale, /Seq Scan on jobs j/, `the cached plan stays while the statistics do not change:\n${stale}`);
-      assert.deepEqual((await t.mailroom.maintain()).analyzed, ['jobs']);
-      const fresh = await explainClaim();
-      assert.match(fresh, /(Index Scan using jobs_pkey on jobs j|Bitmap Index Scan on jobs_pkey)/, `replanned after ANALYZE:\n${fresh}`);
-      assert.doesNotMatch(fresh, /Seq Scan on jobs j/, fresh);
+    itPlans(db, 'a claim planned on an empty table reads it whole until the check analyzes it; then it probes the primary key', async (first, session) => {
+      // A session's cached plans are all rebuilt, from the tables' current sizes, when its plan cache is
+      // reset (the shared invalidation queue overflowing under other test files' migrations: CI saw it
+      // once). The stale plan then cannot be shown, and the scenario runs once more on a fresh schema.
+      for (let attempt = 1; ; attempt++) {
+        const t = attempt === 1 ? first : await db.open();
+        const claim = jobQueries(`"${t.schema}"`).claim;
+        const statement = `stale_claim_${attempt}`;
+        const explainClaim = async (): Promise<string> => {
+          await session.query('BEGIN');
+          try {
+            const { rows } = await session.query<{ 'QUERY PLAN': string }>(`EXPLAIN (COSTS OFF) EXECUTE ${statement}('stats', 1000, 30000, 'plan-test')`);
+            return rows.map((r) => r['QUERY PLAN']).join('\n');
+          } finally {
+            await session.query('ROLLBACK');
+          }
+        };
+        // The generic plan a connection settles on while the table is empty (as a worker's does after five claims).
+        await session.query('SET plan_cache_mode = force_generic_plan');
+        await session.query(`PREPARE ${statement} AS ${claim.text}`);
+        const empty = await explainClaim();
+        assert.match(empty, /Seq Scan on jobs j/, `on an empty table the generic plan reads it whole:\n${empty}`);
+        await enqueue(t, 3000);
+        await t.sql(`UPDATE "${t.schema}".jobs SET state = 'completed', finished_at = now() WHERE (payload->>'n')::int >= 100`);
+        const stale = await explainClaim();
+        if (attempt === 1 && !/Seq Scan on jobs j/.test(stale)) continue;
+        assert.match(stale, /Seq Scan on jobs j/, `the cached plan stays while the statistics do not change (second try):\n${stale}`);
+        assert.deepEqual((await t.mailroom.maintain()).analyzed, ['jobs']);
+        const fresh = await explainClaim();
+        assert.match(fresh, /(Index Scan using jobs_pkey on jobs j|Bitmap Index Scan on jobs_pkey)/, `replanned after ANALYZE:\n${fresh}`);
+        assert.doesNotMatch(fresh, /Seq Scan on jobs j/, fresh);
+        return;
+      }
     });
   });
 }
