@@ -1,5 +1,5 @@
 import { MailroomError } from '../errors.ts';
-import { STOP_GRACE_MS, within } from '../time-limit.ts';
+import { endOrCut, STOP_GRACE_MS } from '../time-limit.ts';
 
 /**
  * What a pass is told about its owner's stop: `stopped()` once the owner
@@ -66,7 +66,8 @@ export class PeriodicPass {
   /**
    * Stops the timer, tells a pass in flight to end, and resolves once it has.
    * After `limitMs` (at least a second) its statement in flight is cancelled
-   * (then it ends at once), and the error says so.
+   * (then it ends at once; it is waited for at most a second more), and the
+   * error says so.
    */
   async stop(limitMs = Number.POSITIVE_INFINITY): Promise<void> {
     clearInterval(this.#timer);
@@ -75,13 +76,14 @@ export class PeriodicPass {
     const running = this.#running;
     if (!running) return;
     const waitMs = Math.max(STOP_GRACE_MS, limitMs);
-    if (await within(running.then(() => true), waitMs, false)) return;
-    this.#abort.abort(
-      new MailroomError(
+    // The pass reports the abort's reason itself, as its run's failure.
+    await endOrCut(running, waitMs, {
+      halt: this.#abort,
+      reason: new MailroomError(
         `the ${this.name} pass was cancelled: stop() waited ${Math.round(waitMs)} ms for it to end (its statement was probably waiting for a lock ` +
           'another session holds; pg_stat_activity and pg_locks show which). Its current batch was rolled back; the next pass takes it up again',
       ),
-    );
-    await running;
+      onCut: () => {},
+    });
   }
 }
