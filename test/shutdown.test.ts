@@ -286,6 +286,21 @@ async function holder(clients: pg.Client[]): Promise<{ client: pg.Client; waitin
   return { client, waiting };
 }
 
+/**
+ * Stops with a 1 s timeout (`stop` must pass it): it must resolve after the timeout and within 4 s,
+ * leave nothing waiting for the lock (with `waiting`), and report exactly one error matching `reported`.
+ */
+async function stopsAfterOneSecond(stop: () => Promise<void>, errors: unknown[], reported: RegExp, waiting?: () => Promise<number>): Promise<void> {
+  const began = Date.now();
+  await stop();
+  const waited = Date.now() - began;
+  assert.ok(waited >= 950 && waited < 4000, `stop() took ${waited} ms with a timeout of 1000 ms`);
+  if (waiting) assert.equal(await waiting(), 0, 'a statement still waits for the lock after stop() resolved');
+  const messages = errors.map((e) => (e instanceof Error ? e.message : String(e)));
+  assert.equal(messages.length, 1, `one error reported, got: ${messages.join(' | ')}`);
+  assert.match(messages[0]!, reported);
+}
+
 async function until(check: () => Promise<boolean>, what: string): Promise<void> {
   const deadline = Date.now() + 10_000;
   while (!(await check())) {
@@ -294,7 +309,7 @@ async function until(check: () => Promise<boolean>, what: string): Promise<void>
   }
 }
 
-describe("a relay's stop does not wait past its timeout for a round in flight (PostgreSQL)", { skip: databaseUrl ? false : 'TEST_DATABASE_URL is not set' }, () => {
+describe("a relay's stop does not wait past its timeout for a round in flight or a lease's hand-back (PostgreSQL)", { skip: databaseUrl ? false : 'TEST_DATABASE_URL is not set' }, () => {
   const { schemas, clients } = cleanedUp();
 
   for (const readAhead of [false, true]) {
@@ -353,13 +368,7 @@ describe("a relay's stop does not wait past its timeout for a round in flight (P
     const leased = new Promise<void>((resolve) => relay.on('lease-acquired', () => resolve()));
     await relay.start();
     await leased;
-    const began = Date.now();
-    await relay.stop({ timeout: '1s' });
-    const waited = Date.now() - began;
-    assert.ok(waited >= 950 && waited < 4000, `stop() took ${waited} ms with a timeout of 1000 ms`);
-    const messages = errors.map((e) => (e instanceof Error ? e.message : String(e)));
-    assert.equal(messages.length, 1, `one error reported, got: ${messages.join(' | ')}`);
-    assert.match(messages[0]!, /target stuck-close's close\(\) did not resolve within the stop's timeout/);
+    await stopsAfterOneSecond(() => relay.stop({ timeout: '1s' }), errors, /target stuck-close's close\(\) did not resolve within the stop's timeout/);
     const db = new pg.Client({ connectionString: databaseUrl });
     await db.connect();
     clients.push(db);
@@ -392,10 +401,6 @@ describe("a relay's stop does not wait past its timeout for a round in flight (P
     await mailroom.close();
     assert.ok(Date.now() - closing < 2000, `close() took ${Date.now() - closing} ms after the stop`);
   });
-});
-
-describe("a relay's stop does not wait past its timeout to hand a lease back (PostgreSQL)", { skip: databaseUrl ? false : 'TEST_DATABASE_URL is not set' }, () => {
-  const { schemas, clients } = cleanedUp();
 
   it("an idle relay whose cursor row is locked: the release is cancelled, reported, and the lease left to run out", { timeout: 60_000 }, async () => {
     const opened = await openOwn({});
@@ -409,14 +414,7 @@ describe("a relay's stop does not wait past its timeout to hand a lease back (Po
     assert.equal((await relay.flush()).sink?.delivered, 1);
     const lock = await holder(clients);
     await lock.client.query(`SELECT 1 FROM "${schema}".relay_cursors WHERE target = 'sink' FOR UPDATE`);
-    const began = Date.now();
-    await relay.stop({ timeout: '1s' });
-    const waited = Date.now() - began;
-    assert.ok(waited >= 950 && waited < 4000, `stop() took ${waited} ms with a timeout of 1000 ms`);
-    assert.equal(await lock.waiting(), 0, 'the release still waits for the lock after stop() resolved');
-    const messages = errors.map((e) => (e instanceof Error ? e.message : String(e)));
-    assert.equal(messages.length, 1, `one error reported, got: ${messages.join(' | ')}`);
-    assert.match(messages[0]!, /handing back target sink's lease did not end within \d+ ms .*the lease runs out within 30000 ms instead/);
+    await stopsAfterOneSecond(() => relay.stop({ timeout: '1s' }), errors, /handing back target sink's lease did not end within \d+ ms .*the lease runs out within 30000 ms instead/, lock.waiting);
     await lock.client.query('COMMIT');
     const { rows } = await lock.client.query(`SELECT holder FROM "${schema}".relay_cursors WHERE target = 'sink'`);
     assert.equal(rows[0].holder, relay.id, 'the cancelled release changed nothing: the lease runs out instead');
@@ -518,15 +516,8 @@ describe("a worker's and a broker group's stop do not wait past their timeout fo
     await lock.client.query(`SELECT 1 FROM "${schema}".ordering_keys WHERE key = 'order-1' FOR UPDATE`);
     const second = source.push(message('m2', 2));
     await until(async () => (await lock.waiting()) > 0, "the second message's store waited for the key");
-    const began = Date.now();
-    await consumer.stop({ timeout: '1s' });
-    const waited = Date.now() - began;
-    assert.ok(waited >= 950 && waited < 4000, `stop() took ${waited} ms with a timeout of 1000 ms`);
+    await stopsAfterOneSecond(() => consumer.stop({ timeout: '1s' }), errors, /the store in flight from scripted warehouse did not end within 1000 ms of stop\(\)/, lock.waiting);
     assert.equal(await second, 'nack', 'the message whose store was cut short is given back to the broker');
-    assert.equal(await lock.waiting(), 0, 'the store still waits for the lock after stop() resolved');
-    const messages = errors.map((e) => (e instanceof Error ? e.message : String(e)));
-    assert.equal(messages.length, 1, `one error reported, got: ${messages.join(' | ')}`);
-    assert.match(messages[0]!, /the store in flight from scripted warehouse did not end within 1000 ms of stop\(\)/);
     await lock.client.query('COMMIT');
     const { rows } = await lock.client.query(`SELECT count(*)::int AS n FROM "${schema}".jobs`);
     assert.equal(rows[0].n, 1, 'the cancelled store was rolled back: only the first message is stored');
@@ -586,14 +577,7 @@ describe('a stop is one deadline, and what it closes last does not hold it (Post
     const listed = async () => (await lock.client.query(`SELECT count(*)::int AS n FROM "${schema}".wake_listeners`)).rows[0].n > 0;
     await until(listed, 'the idle worker recorded itself in wake_listeners');
     await lock.client.query(`SELECT 1 FROM "${schema}".wake_listeners FOR UPDATE`);
-    const began = Date.now();
-    await worker.stop({ timeout: '1s' });
-    const waited = Date.now() - began;
-    assert.ok(waited >= 950 && waited < 4000, `stop() took ${waited} ms with a timeout of 1000 ms`);
-    assert.equal(await lock.waiting(), 0, 'the removal still waits for the lock after stop() resolved');
-    const messages = errors.map((e) => (e instanceof Error ? e.message : String(e)));
-    assert.equal(messages.length, 1, `one error reported, got: ${messages.join(' | ')}`);
-    assert.match(messages[0]!, /stopped without removing its row from wake_listeners: the removal did not end within \d+ ms/);
+    await stopsAfterOneSecond(() => worker.stop({ timeout: '1s' }), errors, /stopped without removing its row from wake_listeners: the removal did not end within \d+ ms/, lock.waiting);
     await lock.client.query('COMMIT');
   });
 });
