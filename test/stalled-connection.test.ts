@@ -42,18 +42,23 @@ async function waitsUntilTheConnectionEnds(statement: Promise<unknown>, during: 
   assert.ok(ended instanceof Error && !(ended instanceof StalledConnectionError), `it failed with the connection's own end, not given up on: ${String(ended)}`);
 }
 
+/** A fault proxy of its own in front of the test server, and the server's URL through it. */
+async function proxied(): Promise<{ proxy: FaultProxy; url: string }> {
+  const server = new URL(databaseUrl!);
+  const proxy = await FaultProxy.start({ host: server.hostname, port: Number(server.port || 5432) });
+  const url = new URL(databaseUrl!);
+  url.hostname = '127.0.0.1';
+  url.port = String(proxy.port);
+  return { proxy, url: url.toString() };
+}
+
 describe('pooled connections that stopped answering (PostgreSQL)', { skip: databaseUrl ? false : 'set TEST_DATABASE_URL' }, () => {
   let proxy: FaultProxy;
   let admin: pg.Pool;
   let through: string;
 
   before(async () => {
-    const server = new URL(databaseUrl!);
-    proxy = await FaultProxy.start({ host: server.hostname, port: Number(server.port || 5432) });
-    const url = new URL(databaseUrl!);
-    url.hostname = '127.0.0.1';
-    url.port = String(proxy.port);
-    through = url.toString();
+    ({ proxy, url: through } = await proxied());
     admin = new pg.Pool({ connectionString: databaseUrl, max: 2 });
   });
   after(async () => {
@@ -188,11 +193,8 @@ describe('pooled connections that stopped answering (PostgreSQL)', { skip: datab
         });
       }
     }
-    const ownProxy = await FaultProxy.start({ host: new URL(databaseUrl!).hostname, port: Number(new URL(databaseUrl!).port || 5432) });
-    const url = new URL(databaseUrl!);
-    url.hostname = '127.0.0.1';
-    url.port = String(ownProxy.port);
-    const driver = new PgDriver(new pg.Pool({ connectionString: url.toString(), max: 2, Client: PooledClient }), true, LISTEN_QUICK, QUICK);
+    const { proxy: ownProxy, url } = await proxied();
+    const driver = new PgDriver(new pg.Pool({ connectionString: url, max: 2, Client: PooledClient }), true, LISTEN_QUICK, QUICK);
     try {
       await driver.query('SELECT 1');
       ownProxy.stallOpen();
@@ -203,14 +205,41 @@ describe('pooled connections that stopped answering (PostgreSQL)', { skip: datab
     }
   });
 
+  it('an answer the server cannot write back (nothing reads the connection) is given up on, and its server process ended', { timeout: 30_000 }, async () => {
+    const { proxy: ownProxy, url } = await proxied();
+    const driver = new PgDriver(new pg.Pool({ connectionString: url, max: 1 }), true, LISTEN_QUICK, QUICK);
+    try {
+      const { rows } = await driver.query<{ pid: number }>('SELECT pg_backend_pid() AS pid');
+      const pid = rows[0]!.pid;
+      assert.ok(ownProxy.stallOpen({ wayBackOnly: true }) >= 1);
+      const began = Date.now();
+      // 64 MB: far more than the sockets between the server and the proxy hold, so the server blocks writing it.
+      await assert.rejects(driver.query(`SELECT repeat('x', 64 * 1024 * 1024) AS big`), (error: unknown) => {
+        assert.ok(error instanceof StalledConnectionError, `a StalledConnectionError, got ${String(error)}`);
+        assert.match(error.message, /has been blocked writing the answer to the connection \(ClientWrite\)/);
+        return true;
+      });
+      const waited = Date.now() - began;
+      assert.ok(waited < 10_000, `given up on after ${waited} ms (afterMs ${QUICK.afterMs}: looked at twice)`);
+      // Its server process is ended (its transaction's locks with it), not left blocked until the proxy goes.
+      let alive = 1;
+      for (let i = 0; i < 100 && alive > 0; i++) {
+        alive = (await admin.query<{ n: number }>('SELECT count(*)::int AS n FROM pg_stat_activity WHERE pid = $1', [pid])).rows[0]!.n;
+        if (alive > 0) await sleep(50);
+      }
+      assert.equal(alive, 0, `the server process ${pid} blocked writing is still there`);
+      const next = await driver.query<{ one: number }>('SELECT 1 AS one');
+      assert.equal(next.rows[0]!.one, 1, 'the next statement runs on a new connection');
+    } finally {
+      await ownProxy.close().catch(() => {});
+      await driver.close();
+    }
+  });
+
   it("createMailroom's stallCheck sets when a stalled connection is given up on; false leaves its statements waiting", { timeout: 60_000 }, async () => {
-    const server = new URL(databaseUrl!);
-    const ownProxy = await FaultProxy.start({ host: server.hostname, port: Number(server.port || 5432) });
-    const url = new URL(databaseUrl!);
-    url.hostname = '127.0.0.1';
-    url.port = String(ownProxy.port);
-    const quick = await createMailroom({ database: url.toString(), poolSize: 2, stallCheck: { after: '500ms', every: '100ms', answer: '3s' } });
-    const off = await createMailroom({ database: url.toString(), poolSize: 2, stallCheck: false });
+    const { proxy: ownProxy, url } = await proxied();
+    const quick = await createMailroom({ database: url, poolSize: 2, stallCheck: { after: '500ms', every: '100ms', answer: '3s' } });
+    const off = await createMailroom({ database: url, poolSize: 2, stallCheck: false });
     try {
       await quick.transaction((tx) => tx.query('SELECT 1'));
       await off.transaction((tx) => tx.query('SELECT 1'));

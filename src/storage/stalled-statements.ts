@@ -38,6 +38,8 @@ export interface Outstanding {
   since: number;
   /** When to look at it next: `afterMs` after it was sent, then further apart while the server runs it. */
   lookAt: number;
+  /** When a look first found its server process blocked writing to the connection (ClientWrite), until one finds it not. */
+  writingSince?: number;
 }
 
 /** What the server said about one of the processes asked after. */
@@ -45,6 +47,7 @@ interface Seen {
   pid: number;
   started: string;
   state: string | null;
+  wait_event: string | null;
   idle_ms: number | null;
 }
 
@@ -53,9 +56,11 @@ const STARTED = `(extract(epoch FROM backend_start) * 1000000)::bigint::text`;
 const BACKEND_SQL = `SELECT pid, ${STARTED} AS started FROM pg_stat_activity WHERE pid = pg_backend_pid()`;
 // $1 pids. A role sees other sessions' state only for its own role (or with pg_read_all_stats): a
 // state it may not see is null, and decides nothing.
-const LOOK_SQL = `SELECT pid, ${STARTED} AS started, state,
+const LOOK_SQL = `SELECT pid, ${STARTED} AS started, state, wait_event,
                          (extract(epoch FROM clock_timestamp() - state_change) * 1000)::float8 AS idle_ms
                     FROM pg_stat_activity WHERE pid = ANY($1::int[])`;
+// $1 pid, $2 started. Ends a process given up on (its transaction's locks with it), if it is still that process.
+const TERMINATE_SQL = `SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE pid = $1 AND ${STARTED} = $2`;
 const IDLE_STATES = new Set(['idle', 'idle in transaction', 'idle in transaction (aborted)']);
 
 /** A statement given up on: the server no longer runs it, and its connection was closed. */
@@ -70,11 +75,14 @@ export class StalledConnectionError extends MailroomError {
  * while every statement on them waits. A statement unanswered for
  * `afterMs` is looked up from a fresh connection: when the server no longer
  * has the connection's process, or that process sits idle (it never got the
- * statement, or its answer was lost), the connection is closed and the
+ * statement, or its answer was lost), or two looks found it blocked writing
+ * the answer (nothing reads the other end), the connection is closed and the
  * statement rejects with {@link StalledConnectionError}; its caller retries as
- * after any lost connection. A statement the server is still running (a long
- * one, one waiting for a lock) is left alone. Idle pooled connections whose
- * process is gone are dropped when next checked out.
+ * after any lost connection. A server process still there is then ended
+ * (`pg_terminate_backend`), so that its transaction's locks go with it. A
+ * statement the server is still running (a long one, one waiting for a lock)
+ * is left alone. Idle pooled connections whose process is gone are dropped
+ * when next checked out.
  *
  * Behind a pooler that hands out its own process ids (PgBouncer), the process
  * a connection talks to is not known, and its statements are not looked at.
@@ -184,7 +192,8 @@ export class StalledStatements {
     this.looking = true;
     try {
       const seen = await this.look();
-      if (seen) this.decide(seen, stalled, Date.now());
+      const ending = seen ? this.decide(seen, stalled, Date.now()) : [];
+      if (ending.length > 0) await this.terminate(ending);
     } finally {
       this.looking = false;
     }
@@ -193,13 +202,32 @@ export class StalledStatements {
   /** The server's view of every known connection's process, from a connection of its own; undefined without an answer in time. */
   private async look(): Promise<Map<number, Seen> | undefined> {
     const pids = [...new Set([...this.backends.values()].flatMap((b) => (b.direct ? [b.pid] : [])))];
+    return this.probe(async (probe) => {
+      const { rows } = await probe.query<Seen>(LOOK_SQL, [pids]);
+      return new Map(rows.map((r) => [r.pid, r]));
+    });
+  }
+
+  /**
+   * Ends the server processes of connections given up on that the server still has (idle in their
+   * transaction, or blocked writing to the connection): their transactions' locks would otherwise
+   * be held until the server notices the connection is gone, hours later with default keepalives.
+   * A role that may not signal them leaves them be.
+   */
+  private async terminate(backends: readonly Backend[]): Promise<void> {
+    await this.probe(async (probe) => {
+      for (const b of backends) await probe.query(TERMINATE_SQL, [b.pid, b.started]).catch(() => {});
+    });
+  }
+
+  /** `fn` on a fresh connection of its own (named for the stall check), within `answerMs`; undefined without an answer in time or on an error. */
+  private async probe<T>(fn: (client: pg.Client) => Promise<T>): Promise<T | undefined> {
     const Client = (this.pool as unknown as { Client?: typeof pg.Client }).Client ?? pg.Client;
     const probe = new Client({ ...(this.pool.options as pg.ClientConfig), application_name: STALL_CHECK_APPLICATION, connectionTimeoutMillis: this.check.answerMs });
     probe.on('error', () => {});
     const asked = (async () => {
       await probe.connect();
-      const { rows } = await probe.query<Seen>(LOOK_SQL, [pids]);
-      return new Map(rows.map((r) => [r.pid, r]));
+      return fn(probe);
     })().catch(() => undefined);
     try {
       return await within(asked, this.check.answerMs, undefined);
@@ -208,7 +236,9 @@ export class StalledStatements {
     }
   }
 
-  private decide(seen: Map<number, Seen>, stalled: Outstanding[], now: number): void {
+  /** Gives up on the stalled statements whose connection is gone, idle or blocked writing; returns the server processes still there to end. */
+  private decide(seen: Map<number, Seen>, stalled: Outstanding[], now: number): Backend[] {
+    const ending: Backend[] = [];
     for (const [client, backend] of this.backends) {
       if (!backend.direct) continue;
       const row = seen.get(backend.pid);
@@ -223,6 +253,7 @@ export class StalledStatements {
       // waiting for a lock, costs a connection now and then, not one every everyMs).
       entry.lookAt = now + Math.min(MAX_LOOK_GAP_MS, Math.max(this.check.everyMs, waited));
       const row = seen.get(backend.pid);
+      const writing = row?.state === 'active' && row.wait_event === 'ClientWrite';
       let why: string | undefined;
       if (this.gone.has(client)) {
         why = `the server no longer has its process (${backend.pid})`;
@@ -230,8 +261,14 @@ export class StalledStatements {
         // Idle for at least half the wait: the statement never reached the server, or its answer was
         // lost (an answer on its way now left the process idle only for a moment).
         why = `its server process (${backend.pid}) has been ${row.state} for ${Math.round(row.idle_ms)} ms`;
+      } else if (writing && entry.writingSince !== undefined) {
+        // Blocked writing the answer at two looks: nothing reads the connection's other end any more
+        // (a client reading a large answer keeps the process writing only for moments).
+        why = `its server process (${backend.pid}) has been blocked writing the answer to the connection (ClientWrite) since a look ${now - entry.writingSince} ms earlier`;
       }
+      entry.writingSince = writing ? (entry.writingSince ?? now) : undefined;
       if (why === undefined) continue;
+      if (!this.gone.has(client)) ending.push(backend);
       this.closedFor.set(
         client,
         `PostgreSQL stopped answering a connection: a statement waited ${waited} ms and ${why}. The connection was closed ` +
@@ -242,5 +279,6 @@ export class StalledStatements {
       // With a statement in flight, end() closes the socket at once and fails the statement.
       void client.end().catch(() => {});
     }
+    return ending;
   }
 }

@@ -12,7 +12,8 @@
  *   what was held, in order, and ends the fault (and any latency).
  * - `stallOpen()`: the connections open now stall for good (no reset, nothing
  *   forwarded, not even the server closing them, as after a partition or a
- *   failover that dropped their state), while new ones work.
+ *   failover that dropped their state), while new ones work; with
+ *   `wayBackOnly` only what the server sends stops (and backs up).
  */
 import { createServer, connect, type Server, type Socket } from 'node:net';
 
@@ -30,6 +31,8 @@ interface Pipe {
   closed: boolean;
   /** Stalled for good by `stallOpen()`: what it sends is dropped. */
   stalled: boolean;
+  /** The way back cut by `stallOpen({ wayBackOnly })`: the client's close does not reach the server either. */
+  cutOff: boolean;
 }
 
 export interface FaultProxyStats {
@@ -99,9 +102,20 @@ export class FaultProxy {
     this.holding = true;
   }
 
-  /** Stalls every connection open now for good (no reset: both ends still think it open); new connections work. Returns how many. */
-  stallOpen(): number {
-    for (const pipe of this.pipes) pipe.stalled = true;
+  /**
+   * Stalls every connection open now for good (no reset: both ends still think it open); new
+   * connections work. Returns how many. `wayBackOnly`: what the client sends still reaches the
+   * server, but the proxy stops reading what the server sends, so a server writing an answer larger
+   * than the sockets' buffers blocks in the write (`ClientWrite`), as one does when a partition cuts
+   * the way back to the client; the client closing the connection then does not reach the server.
+   */
+  stallOpen(options: { wayBackOnly?: boolean } = {}): number {
+    for (const pipe of this.pipes) {
+      if (options.wayBackOnly) {
+        pipe.upstream.pause();
+        pipe.cutOff = true;
+      } else pipe.stalled = true;
+    }
     return this.pipes.size;
   }
 
@@ -125,14 +139,14 @@ export class FaultProxy {
   private accept(client: Socket): void {
     this.accepted++;
     const upstream = connect({ host: this.target.host, port: this.target.port, noDelay: true });
-    const pipe: Pipe = { client, upstream, queues: { toUpstream: [], toClient: [] }, closed: false, stalled: false };
+    const pipe: Pipe = { client, upstream, queues: { toUpstream: [], toClient: [] }, closed: false, stalled: false, cutOff: false };
     this.pipes.add(pipe);
     client.on('data', (chunk) => this.forward(pipe, 'toUpstream', chunk));
     upstream.on('data', (chunk) => this.forward(pipe, 'toClient', chunk));
     // Either side ending or failing ends the pair (a refused upstream looks like a reset to the client);
     // the server ending a stalled connection does not reach the client either, as after a failover.
-    client.on('error', () => this.teardown(pipe, true));
-    client.on('close', () => this.teardown(pipe, false));
+    client.on('error', () => (pipe.cutOff ? client.destroy() : this.teardown(pipe, true)));
+    client.on('close', () => (pipe.cutOff ? undefined : this.teardown(pipe, false)));
     upstream.on('error', () => (pipe.stalled ? upstream.destroy() : this.teardown(pipe, true)));
     upstream.on('close', () => (pipe.stalled ? undefined : this.teardown(pipe, false)));
   }
