@@ -52,23 +52,35 @@ export async function unlessAborted<T>(promise: Promise<T>, signal: AbortSignal)
   }
 }
 
+/** How long a stop that cancelled a statement waits for it to end on the server (its lock wait with it) before it goes on anyway. */
+export const CANCEL_WAIT_MS = 500;
+
+/**
+ * What is left until `deadline` (ms since the epoch), but at least
+ * STOP_GRACE_MS: the time a stop gives each step after its main wait.
+ *
+ * @example
+ * await target.close(graceLeft(deadline));
+ */
+export function graceLeft(deadline: number): number {
+  return Math.max(STOP_GRACE_MS, deadline - Date.now());
+}
+
 /**
  * Waits for `work` (which must not reject) for `waitMs`. If it has not ended
  * by then, aborts `halt` with `reason`, calls `onCut`, and gives the cancelled
- * work at most STOP_GRACE_MS more to unwind. Resolves true when `work` ended
- * within `waitMs`, false when it was cut short.
+ * work at most STOP_GRACE_MS more to unwind.
  *
  * @example
- * const inTime = await endOrCut(drained, 5_000, { halt, reason: new Error('stopped'), onCut: () => report(cutShortError) });
+ * await endOrCut(drained, 5_000, { halt, reason: new Error('stopped'), onCut: () => report(cutShortError) });
  */
 export async function endOrCut(
   work: Promise<unknown>,
   waitMs: number,
-  cut: { halt: AbortController; reason: Error; onCut: () => void },
-): Promise<boolean> {
-  if (await within(work.then(() => true), waitMs, false)) return true;
+  cut: { halt: AbortController; reason: Error; onCut?: () => void },
+): Promise<void> {
+  if (await within(work.then(() => true), waitMs, false)) return;
   cut.halt.abort(cut.reason);
-  cut.onCut();
+  cut.onCut?.();
   await within(work.then(() => undefined), STOP_GRACE_MS, undefined);
-  return false;
 }

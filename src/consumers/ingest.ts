@@ -12,7 +12,7 @@ import type { ConsumerSource, SourceMessage } from '../brokers/source.ts';
 import type { SafetyWarning } from '../brokers/safety.ts';
 import type { Driver } from '../storage/driver.ts';
 import { abortableDriver } from '../storage/abortable-driver.ts';
-import { endOrCut, STOP_GRACE_MS, within } from '../time-limit.ts';
+import { endOrCut, graceLeft, STOP_GRACE_MS, within } from '../time-limit.ts';
 import { MailroomError } from '../errors.ts';
 import { Waker } from '../worker/waker.ts';
 import { isConcurrencyConflict } from '../storage/conflicts.ts';
@@ -157,7 +157,7 @@ export class SourceIngest {
     });
     for (const message of this.buffer.splice(0)) await settle(message.nack.bind(message), this.deps.report);
     // A source whose broker never answers its close is given what is left of the timeout (at least a second), then left behind.
-    const closeMs = Math.max(STOP_GRACE_MS, deadline - Date.now());
+    const closeMs = graceLeft(deadline);
     const closed = settle(() => this.source.stop(), this.deps.report).then(() => true);
     if (!(await within(closed, closeMs, false))) {
       this.deps.report(

@@ -7,7 +7,7 @@ import type { OutboxQueries } from '../events/outbox-queries.ts';
 import type { Driver } from '../storage/driver.ts';
 import { PeriodicPass, RUN_TO_END, type PassControl } from '../storage/periodic-pass.ts';
 import { abortableDriver } from '../storage/abortable-driver.ts';
-import { endOrCut, STOP_GRACE_MS, unlessAborted, within } from '../time-limit.ts';
+import { endOrCut, graceLeft, STOP_GRACE_MS, unlessAborted, within } from '../time-limit.ts';
 import { inBatches } from '../storage/batches.ts';
 import { findHolder, type HeldBackBy } from './held-back.ts';
 import type { ResolvedRelayOptions } from './options.ts';
@@ -293,7 +293,7 @@ export class Relay extends SafeEmitter<RelayEvents> {
       s.token = null;
       // A round cut short may still have a publish out: its lease runs out instead, as after a crash.
       if (token === null || cut.includes(s)) continue;
-      const releaseMs = Math.max(STOP_GRACE_MS, deadline - Date.now());
+      const releaseMs = graceLeft(deadline);
       const signal = AbortSignal.timeout(releaseMs);
       await this.driver.run(this.queries.release, [s.target.name, this.id, token], { signal }).catch((e: unknown) =>
         this.report(
@@ -311,12 +311,12 @@ export class Relay extends SafeEmitter<RelayEvents> {
         .then(() => s.target.close?.())
         .catch((e: unknown) => this.report(e))
         .then(() => true);
-      if (!(await within(closing, Math.max(STOP_GRACE_MS, deadline - Date.now()), false))) {
+      if (!(await within(closing, graceLeft(deadline), false))) {
         this.report(new MailroomError(`relay ${this.id}: target ${s.target.name}'s close() did not resolve within the stop's timeout; the relay stopped without waiting for it`));
       }
     }
     if (wasRunning) {
-      await this.gate.close(Math.max(STOP_GRACE_MS, deadline - Date.now())).catch((e: unknown) => this.report(e));
+      await this.gate.close(graceLeft(deadline)).catch((e: unknown) => this.report(e));
       await within(this.unlisten?.().catch(() => {}) ?? Promise.resolve(), STOP_GRACE_MS, undefined);
     }
     this.state = 'stopped';

@@ -83,7 +83,6 @@ export class PeriodicPass {
         `the ${this.name} pass was cancelled: stop() waited ${Math.round(waitMs)} ms for it to end (its statement was probably waiting for a lock ` +
           'another session holds; pg_stat_activity and pg_locks show which). Its current batch was rolled back; the next pass takes it up again',
       ),
-      onCut: () => {},
     });
   }
 }

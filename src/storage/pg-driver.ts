@@ -1,12 +1,10 @@
 import pg from 'pg';
 import type { Driver, NamedQuery, QueryResult, StatementOptions, Transaction, TransactionOptions } from './driver.ts';
-import { unlessAborted, within } from '../time-limit.ts';
+import { CANCEL_WAIT_MS, unlessAborted, within } from '../time-limit.ts';
 import { STALL_CHECK, StalledStatements, type StallCheck } from './stalled-statements.ts';
 
 const RECONNECT_DELAY_MS = 1000;
 const ignore = (): void => {};
-/** How long an aborted transaction waits for its cancelled statement to end on the server before it closes the connection anyway. */
-const CANCEL_WAIT_MS = 500;
 
 /**
  * How often the LISTEN connection is asked a `SELECT 1`, and how long it may

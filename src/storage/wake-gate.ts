@@ -20,11 +20,9 @@
 import type { Driver, NamedQuery } from './driver.ts';
 import { namedQueries } from './named.ts';
 import { MailroomError } from '../errors.ts';
-import { MAX_TIMER_MS, unlessAborted, within } from '../time-limit.ts';
+import { CANCEL_WAIT_MS, MAX_TIMER_MS, unlessAborted, within } from '../time-limit.ts';
 
 const ignore = (): void => {};
-/** How long a stop that gave up on the removal waits for its cancelled statement to end on the server. */
-const CANCEL_WAIT_MS = 500;
 
 /** Notifications within {@link BUSY_WINDOW_MS} past which a listener stops asking for them. */
 export const BUSY_NOTIFIES = 50;

@@ -4,7 +4,7 @@ import { toMilliseconds, type Duration } from '../duration.ts';
 import type { JobQueries } from '../jobs/queries.ts';
 import type { Driver } from '../storage/driver.ts';
 import { abortableDriver } from '../storage/abortable-driver.ts';
-import { endOrCut, STOP_GRACE_MS, within } from '../time-limit.ts';
+import { endOrCut, graceLeft, STOP_GRACE_MS, within } from '../time-limit.ts';
 import { MailroomError } from '../errors.ts';
 import { Completer } from './completer.ts';
 import { execute, type ExecutionDeps, type Outcome } from './execute.ts';
@@ -234,7 +234,7 @@ export class Worker extends SafeEmitter<WorkerEvents> {
     });
     // A maintenance pass in flight gets what is left of the timeout (at least a second), then its statement is cancelled.
     await this.shutdownTimers(deadline - Date.now());
-    await this.gate.close(Math.max(STOP_GRACE_MS, deadline - Date.now())).catch((error: unknown) => this.report(error));
+    await this.gate.close(graceLeft(deadline)).catch((error: unknown) => this.report(error));
     await within(this.unlisten?.().catch(() => {}) ?? Promise.resolve(), STOP_GRACE_MS, undefined);
     this.state = 'stopped';
   }
