@@ -580,4 +580,33 @@ describe('a stop is one deadline, and what it closes last does not hold it (Post
     await stopsAfterOneSecond(() => worker.stop({ timeout: '1s' }), errors, /stopped without removing its row from wake_listeners: the removal did not end within \d+ ms/, lock.waiting);
     await lock.client.query('COMMIT');
   });
+
+  for (const kind of ['worker', 'relay'] as const) {
+    it(`a ${kind} whose first wake-up registration waits for a lock stops within its timeout, and close() does not wait for the lock`, { timeout: 60_000 }, async () => {
+      const opened = await openOwn({});
+      const { mailroom, schema, errors } = opened;
+      schemas.push(schema);
+      const lock = await holder(clients);
+      // Blocks the registration's INSERT (and a removal's DELETE), not the claims or the relay's rounds.
+      await lock.client.query(`LOCK TABLE "${schema}".wake_listeners IN EXCLUSIVE MODE`);
+      const sink: RelayTarget = { name: 'sink', publish: async () => {} };
+      const listener =
+        kind === 'worker'
+          ? mailroom.worker({ queues: ['quiet'], handlers: {}, maintenance: false, pollInterval: '50ms' })
+          : mailroom.relay({ to: [sink], internal: false, pollInterval: 50 });
+      await listener.start();
+      await blockedOn(lock.client, schema, 'wake_listeners', 10_000, 'WITH stale');
+      const began = Date.now();
+      await listener.stop({ timeout: '1s' });
+      const waited = Date.now() - began;
+      // Nothing was recorded, so there is nothing to remove: the stop neither waits for the lock nor reports.
+      assert.ok(waited < 900, `stop() took ${waited} ms: it waited for the lock (the registration, or removing a row never recorded)`);
+      assert.equal(await lock.waiting(), 0, 'a statement still waits for the lock after stop() resolved');
+      assert.deepEqual(errors.map((e) => (e instanceof Error ? e.message : String(e))), [], 'nothing reported');
+      const closing = Date.now();
+      await mailroom.close();
+      assert.ok(Date.now() - closing < 2_000, `close() took ${Date.now() - closing} ms with the lock still held`);
+      await lock.client.query('COMMIT');
+    });
+  }
 });

@@ -263,6 +263,7 @@ export class Relay extends SafeEmitter<RelayEvents> {
     const wasRunning = this.state === 'running';
     const deadline = Date.now() + limitMs;
     this.state = 'stopping';
+    this.gate.interrupt(); // an idle look waiting for a lock must not hold a loop
     for (const t of this.timers) clearInterval(t);
     const passes = Promise.all([this.pruning.stop(limitMs), this.refreshing.stop(limitMs)]);
     for (const s of this.states) this.poke(s);

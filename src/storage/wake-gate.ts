@@ -91,6 +91,10 @@ export class WakeGate {
   private notifications: number[] = [];
   private chain: Promise<unknown> = Promise.resolve();
   private closed = false;
+  /** False only while the listener's row is known not to be there (so a close has nothing to remove). */
+  private rowMayExist = false;
+  /** Aborted by {@link interrupt}: cancels the gate's own statement in flight (a registration waiting for a lock, say). */
+  private readonly halt = new AbortController();
 
   constructor(
     private readonly driver: Driver,
@@ -115,7 +119,9 @@ export class WakeGate {
       this.lastWorkAt = now;
       this.registered = false;
       this.settling = null;
-      this.serialized(() => this.driver.run(this.queries.unregister, [this.channels, this.listener])).catch(this.report);
+      this.serialized(() => this.removeRow(this.halt.signal)).catch((error: unknown) => {
+        if (!this.halt.signal.aborted) this.report(error);
+      });
     }
   }
 
@@ -145,9 +151,9 @@ export class WakeGate {
     this.polling = false;
     try {
       if (!this.registered || now - this.registeredAt > this.refreshMs) {
-        await this.serialized(() => this.driver.run(this.queries.register, [this.channels, this.listener]));
+        await this.serialized(() => this.addRow());
         if (this.closed) return this.pollMs;
-        const { rows } = await this.driver.run<{ snapshot: string }>(this.queries.snapshot, []);
+        const { rows } = await this.driver.run<{ snapshot: string }>(this.queries.snapshot, [], { signal: this.halt.signal });
         this.registered = true;
         this.registeredAt = now;
         this.settling = rows[0]!.snapshot;
@@ -155,7 +161,7 @@ export class WakeGate {
         return FAST_POLL_MS; // look once more first
       }
       if (this.settling !== null) {
-        const { rows } = await this.driver.run<{ settled: boolean }>(this.queries.settled, [this.settling]);
+        const { rows } = await this.driver.run<{ settled: boolean }>(this.queries.settled, [this.settling], { signal: this.halt.signal });
         if (rows[0]!.settled) {
           // The last of them may have committed after the listener's last look: one more look.
           this.settling = null;
@@ -166,9 +172,19 @@ export class WakeGate {
         }
       }
     } catch (error) {
-      this.report(error);
+      if (!this.halt.signal.aborted) this.report(error);
     }
     return Math.min(this.pollMs, this.refreshMs);
+  }
+
+  /**
+   * The listener is stopping: a statement of the gate in flight (a
+   * registration waiting for a lock on `wake_listeners`, say) is cancelled,
+   * and none follows but {@link close}'s removal. Idempotent.
+   */
+  interrupt(): void {
+    this.closed = true;
+    this.halt.abort(new MailroomError(`listener ${this.listener} is stopping: its wake-up statement in flight was cancelled`));
   }
 
   /**
@@ -177,9 +193,10 @@ export class WakeGate {
    * row is then left to the clean-up of stale listeners.
    */
   async close(limitMs = Number.POSITIVE_INFINITY): Promise<void> {
-    this.closed = true;
+    this.interrupt();
     const signal = limitMs > MAX_TIMER_MS ? undefined : AbortSignal.timeout(limitMs);
-    const unregister = this.serialized(() => this.driver.run(this.queries.unregister, [this.channels, this.listener], { signal }));
+    // After the statement in flight ended (cancelled or not), so that it cannot record the row after its removal.
+    const unregister = this.serialized(() => (this.rowMayExist ? this.removeRow(signal) : Promise.resolve()));
     try {
       await (signal ? unlessAborted(unregister, signal) : unregister);
     } catch (error) {
@@ -192,6 +209,25 @@ export class WakeGate {
       );
     }
     this.registered = false;
+  }
+
+  /** Records (or refreshes) the listener's row; cancelled by {@link interrupt}. */
+  private async addRow(): Promise<void> {
+    const before = this.rowMayExist;
+    this.rowMayExist = true;
+    try {
+      await this.driver.run(this.queries.register, [this.channels, this.listener], { signal: this.halt.signal });
+    } catch (error) {
+      // Cancelled, the statement inserted nothing; failed otherwise (a lost connection), it may have committed.
+      if (this.halt.signal.aborted) this.rowMayExist = before;
+      throw error;
+    }
+  }
+
+  /** Takes the listener's row away. */
+  private async removeRow(signal?: AbortSignal): Promise<void> {
+    await this.driver.run(this.queries.unregister, [this.channels, this.listener], { signal });
+    this.rowMayExist = false;
   }
 
   private serialized<T>(fn: () => Promise<T>): Promise<T> {

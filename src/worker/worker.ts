@@ -224,6 +224,7 @@ export class Worker extends SafeEmitter<WorkerEvents> {
 
   private async shutDown(timeoutMs: number): Promise<void> {
     const deadline = Date.now() + timeoutMs;
+    this.gate.interrupt(); // an idle look waiting for a lock must not hold the loop
     this.poke();
     const handedBack = this.handBack(timeoutMs);
     // The writes get the timeout, and at least a second after the handlers were given up on; then they are cancelled.
