@@ -212,7 +212,7 @@ export class StalledStatements {
    * Ends the server processes of connections given up on that the server still has (idle in their
    * transaction, or blocked writing to the connection): their transactions' locks would otherwise
    * be held until the server notices the connection is gone, hours later with default keepalives.
-   * A role that may not signal them leaves them be.
+   * The probe connects as the pool's role, which may end its own processes; a refusal leaves them be.
    */
   private async terminate(backends: readonly Backend[]): Promise<void> {
     await this.probe(async (probe) => {
