@@ -327,8 +327,8 @@ export class Relay extends SafeEmitter<RelayEvents> {
   private cutShort(cut: readonly TargetState[], waitMs: number): MailroomError {
     const names = cut.map((s) => s.target.name).join(', ');
     return new MailroomError(
-      `relay ${this.id}: the round in flight for target ${names} did not end within ${waitMs} ms of stop() (its timeout, at least a second; a statement waiting for a lock, or a publish not answered). ` +
-        `Its statements were cancelled and a publish still unanswered was left behind; the lease is left to run out (within ${this.options.leaseMs} ms) instead of being handed back, ` +
+      `relay ${this.id}: the round in flight for target ${names} did not end within ${waitMs} ms of stop() (its timeout, at least a second; a statement waiting for a lock, a COMMIT waiting for a synchronous standby, or a publish not answered). ` +
+        `Its statements were cancelled (a COMMIT that waited for a standby is committed on this server) and a publish still unanswered was left behind; the lease is left to run out (within ${this.options.leaseMs} ms) instead of being handed back, ` +
         'so that no other relay delivers beside it. Another relay then delivers again whatever the round had not recorded as delivered: nothing is lost, and consumers drop the copies by event id',
     );
   }

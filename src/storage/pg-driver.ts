@@ -155,11 +155,17 @@ export class PgDriver implements Driver {
     client.on('error', onError);
     // Aborted before COMMIT: the statement in flight is cancelled (it may wait for a lock, which a
     // closed socket does not end); once it ended, the connection is closed, which rolls the
-    // transaction back (see the catch below).
+    // transaction back (see the catch below). Aborted during COMMIT: the COMMIT is cancelled too. One
+    // waiting for a synchronous standby that does not answer then returns: committed on this server,
+    // with PostgreSQL's warning that the standby may not have it. Either way the connection is closed,
+    // not reused: the cancel request may arrive after the statement ended.
+    let cancelSent = false;
     const onAbort = () => {
-      if (committing) return;
       const pid = this.stalls.serverPid(client);
-      if (inFlight > 0 && pid !== undefined) void this.pool.query('SELECT pg_cancel_backend($1)', [pid]).catch(() => {});
+      if (inFlight > 0 && pid !== undefined) {
+        cancelSent = true;
+        void this.pool.query('SELECT pg_cancel_backend($1)', [pid]).catch(() => {});
+      }
     };
     signal?.addEventListener('abort', onAbort, { once: true });
     try {
@@ -182,7 +188,8 @@ export class PgDriver implements Driver {
       await send('COMMIT');
       return value;
     } catch (err) {
-      if (signal?.aborted && !committing) {
+      // Cut short before COMMIT, or a COMMIT that the cancel made fail (rolled back): the stop's reason.
+      if (signal?.aborted && (!committing || cancelSent)) {
         // The transaction rejects only once its cancelled statement ended on the server (or the wait ran out):
         // a stop that then resolves leaves nothing of it waiting for a lock.
         if (inFlight > 0) await within(sent.then(ignore, ignore), CANCEL_WAIT_MS, undefined);
@@ -200,7 +207,7 @@ export class PgDriver implements Driver {
     } finally {
       signal?.removeEventListener('abort', onAbort);
       client.off('error', onError);
-      release(broken);
+      release(broken || cancelSent);
     }
   }
 

@@ -262,9 +262,10 @@ export class Worker extends SafeEmitter<WorkerEvents> {
   private cutShort(timeoutMs: number): MailroomError {
     return new MailroomError(
       `worker ${this.id}: stop() gave up on its writes (a claim, a job's outcome or its release) a second after its timeout of ${timeoutMs} ms; ` +
-        `one was waiting for a lock, say a LOCK TABLE or a transaction left open on mailroom's jobs. They were cancelled and rolled back: ` +
-        `the jobs whose outcome or release was not written keep their claim until their lease runs out (within ${this.leaseMs} ms), ` +
-        'then the maintenance loop rescues them and they run again',
+        `one was waiting for a lock (a LOCK TABLE or a transaction left open on mailroom's jobs, say) or, at its COMMIT, for a synchronous standby. ` +
+        `They were cancelled: a write cancelled before its COMMIT was rolled back, and the jobs whose outcome or release was not written keep their claim ` +
+        `until their lease runs out (within ${this.leaseMs} ms), then the maintenance loop rescues them and they run again; ` +
+        'a COMMIT cancelled while it waited for a standby is committed on this server (PostgreSQL warns that the standby may not have it)',
     );
   }
 

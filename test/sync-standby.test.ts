@@ -1,0 +1,110 @@
+/**
+ * A COMMIT that waits for a synchronous standby which never answers (the
+ * standby down, `synchronous_commit = on`): PostgreSQL holds the COMMIT until
+ * the standby confirms it, for good. A stop that cancels it must not leave the
+ * connection busy, or `mailroom.close()` waits for it for good. Cancelled,
+ * such a COMMIT returns: committed on this server, with PostgreSQL's warning
+ * that the standby may not have it.
+ *
+ * Runs on a private cluster (test/reliability/pg-cluster.ts: setting
+ * `synchronous_standby_names` on the machine's shared server would hold every
+ * other test's commits). Runs when TEST_DATABASE_URL is set (the opt-in to
+ * PostgreSQL tests) and the server binaries are installed; under CI a missing
+ * piece fails instead of skipping.
+ */
+import assert from 'node:assert/strict';
+import { describe, it } from 'node:test';
+import pg from 'pg';
+import { createMailroom, defineJob, type Mailroom } from '../src/index.ts';
+import { PgCluster, privateClusterUnavailable } from './reliability/pg-cluster.ts';
+
+const sleep = (ms: number) => new Promise((resolve) => setTimeout(resolve, ms));
+const missing = !process.env.TEST_DATABASE_URL ? 'TEST_DATABASE_URL is not set (the opt-in to the PostgreSQL tests)' : privateClusterUnavailable();
+const skip = missing && !process.env.CI ? missing : false;
+
+/** `promise`'s time to settle in ms; fails naming `what` after `ms` (so that a hang still runs the clean-up). */
+async function settlesWithin(promise: Promise<unknown>, ms: number, what: string): Promise<number> {
+  const began = Date.now();
+  let timer: NodeJS.Timeout | undefined;
+  const late = new Promise<'late'>((resolve) => (timer = setTimeout(() => resolve('late'), ms)));
+  const outcome = await Promise.race([promise.then(() => 'done' as const), late]).finally(() => clearTimeout(timer));
+  assert.equal(outcome, 'done', `${what} did not resolve within ${ms} ms`);
+  return Date.now() - began;
+}
+
+/** Polls `check` every 25 ms until it is true; fails naming `what` after `ms`. */
+async function until(check: () => Promise<boolean>, what: string, ms = 15_000): Promise<void> {
+  const deadline = Date.now() + ms;
+  while (!(await check())) {
+    assert.ok(Date.now() < deadline, `${what} within ${ms} ms`);
+    await sleep(25);
+  }
+}
+
+describe('a COMMIT waiting for a synchronous standby that never answers (a private PostgreSQL cluster)', { skip }, () => {
+  it("a worker's stop cancels the wait: the handler's work and the completion are committed on the server, and close() does not hang", { timeout: 90_000 }, async () => {
+    if (missing) throw new Error(`this test cannot run under CI: ${missing}`);
+    const cluster = await PgCluster.start();
+    const admin = new pg.Client({ connectionString: cluster.url('sync-standby-admin') });
+    let mailroom: Mailroom | undefined;
+    try {
+      await admin.connect();
+      mailroom = await createMailroom({ database: cluster.url('sync-standby-test'), schema: 'standby' });
+      await mailroom.migrate();
+      await admin.query('CREATE TABLE standby.effects (job_id uuid PRIMARY KEY)');
+      const errors: unknown[] = [];
+      mailroom.on('error', ({ error }) => void errors.push(error));
+      const job = defineJob<{ n: number }>('standby.effect', { queue: 'standby' });
+      const id = await mailroom.enqueue(job, { n: 1 });
+      let began!: () => void;
+      const running = new Promise<void>((resolve) => (began = resolve));
+      let go!: () => void;
+      const goes = new Promise<void>((resolve) => (go = resolve));
+      const worker = mailroom.worker({
+        queues: ['standby'],
+        maintenance: false,
+        pollInterval: '50ms',
+        handlers: {
+          [job.name]: async (j, ctx) => {
+            began();
+            await goes;
+            await ctx.tx.query('INSERT INTO standby.effects (job_id) VALUES ($1)', [j.id]);
+          },
+        },
+      });
+      await worker.start();
+      await running;
+      // From here on every transaction that writes waits at its COMMIT for a standby named ghost, which never connects.
+      await admin.query(`ALTER SYSTEM SET synchronous_standby_names = 'ghost'`);
+      await admin.query('SELECT pg_reload_conf()');
+      await until(async () => (await admin.query('SHOW synchronous_standby_names')).rows[0].synchronous_standby_names === 'ghost', 'the setting in effect');
+      go();
+      const waitingCommit = async () =>
+        (await admin.query(`SELECT count(*)::int AS n FROM pg_stat_activity WHERE wait_event = 'SyncRep' AND query = 'COMMIT'`)).rows[0].n > 0;
+      await until(waitingCommit, "the handler's COMMIT waiting for the standby");
+
+      await settlesWithin(worker.stop({ timeout: '1s' }), 6_000, 'stop() with a timeout of 1 s');
+      const closing = mailroom.close({ timeout: 1000 });
+      mailroom = undefined;
+      await settlesWithin(closing, 5_000, 'close() after the stop');
+      // Nothing of mailroom's is left waiting for the standby.
+      const { rows: left } = await admin.query(`SELECT count(*)::int AS n FROM pg_stat_activity WHERE wait_event = 'SyncRep'`);
+      assert.equal(left[0].n, 0, 'a COMMIT still waits for the standby after close()');
+      // The cancelled COMMIT committed on this server: the effect once, the job completed with it.
+      const { rows: effects } = await admin.query('SELECT job_id FROM standby.effects');
+      assert.deepEqual(effects.map((r) => r.job_id), [id], "the handler's work committed once");
+      const { rows: jobs } = await admin.query('SELECT state FROM standby.jobs WHERE id = $1', [id]);
+      assert.equal(jobs[0].state, 'completed', 'the completion committed with it');
+      const messages = errors.map((e) => (e instanceof Error ? e.message : String(e)));
+      assert.ok(
+        messages.some((m) => /gave up on its writes .*a COMMIT cancelled while it waited for a standby is committed on this server/.test(m)),
+        `the stop reported what it cut short: ${messages.join(' | ')}`,
+      );
+    } finally {
+      await mailroom?.close({ timeout: 1000 }).catch(() => {});
+      await admin.query('ALTER SYSTEM RESET synchronous_standby_names').catch(() => {});
+      await admin.end().catch(() => {});
+      await cluster.stop();
+    }
+  });
+});
