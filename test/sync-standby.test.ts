@@ -15,7 +15,7 @@
 import assert from 'node:assert/strict';
 import { describe, it } from 'node:test';
 import pg from 'pg';
-import { createMailroom, defineJob, type Mailroom } from '../src/index.ts';
+import { createMailroom, defineEvent, defineJob, type Mailroom, type RelayTarget } from '../src/index.ts';
 import { PgCluster, privateClusterUnavailable } from './reliability/pg-cluster.ts';
 
 const sleep = (ms: number) => new Promise((resolve) => setTimeout(resolve, ms));
@@ -41,26 +41,76 @@ async function until(check: () => Promise<boolean>, what: string, ms = 15_000): 
   }
 }
 
+/** What each test gets: a mailroom on a private cluster, a superuser connection, the errors reported. */
+interface Standby {
+  mailroom: Mailroom;
+  admin: pg.Client;
+  errors: unknown[];
+  /** From now on every transaction that writes waits at its COMMIT for a standby named ghost, which never connects. */
+  holdCommits(): Promise<void>;
+  /** Until one of mailroom's COMMITs waits for the standby. */
+  commitWaits(): Promise<void>;
+  /** Stops `stop` (timeout 1 s) and closes the mailroom, each within its limit; then nothing may wait for the standby. */
+  stopAndClose(stop: () => Promise<void>): Promise<void>;
+  /** The error messages reported so far. */
+  messages(): string[];
+}
+
+/** Runs `fn` with a mailroom on a fresh private cluster (schema `standby`); removes the cluster after. */
+async function onPrivateCluster(fn: (t: Standby) => Promise<void>): Promise<void> {
+  if (missing) throw new Error(`this test cannot run under CI: ${missing}`);
+  const cluster = await PgCluster.start();
+  const admin = new pg.Client({ connectionString: cluster.url('sync-standby-admin') });
+  let open: Mailroom | undefined;
+  try {
+    await admin.connect();
+    const mailroom = await createMailroom({ database: cluster.url('sync-standby-test'), schema: 'standby' });
+    open = mailroom;
+    await mailroom.migrate();
+    const errors: unknown[] = [];
+    mailroom.on('error', ({ error }) => void errors.push(error));
+    await fn({
+      mailroom,
+      admin,
+      errors,
+      async holdCommits() {
+        await admin.query(`ALTER SYSTEM SET synchronous_standby_names = 'ghost'`);
+        await admin.query('SELECT pg_reload_conf()');
+        await until(async () => (await admin.query('SHOW synchronous_standby_names')).rows[0].synchronous_standby_names === 'ghost', 'the setting in effect');
+      },
+      async commitWaits() {
+        const waiting = async () =>
+          (await admin.query(`SELECT count(*)::int AS n FROM pg_stat_activity WHERE wait_event = 'SyncRep' AND application_name = 'sync-standby-test'`)).rows[0].n > 0;
+        await until(waiting, "one of mailroom's COMMITs waiting for the standby");
+      },
+      async stopAndClose(stop) {
+        await settlesWithin(stop(), 6_000, 'stop() with a timeout of 1 s');
+        open = undefined;
+        await settlesWithin(mailroom.close({ timeout: 1000 }), 5_000, 'close() after the stop');
+        const { rows } = await admin.query(`SELECT count(*)::int AS n FROM pg_stat_activity WHERE wait_event = 'SyncRep'`);
+        assert.equal(rows[0].n, 0, 'a COMMIT still waits for the standby after close()');
+      },
+      messages: () => errors.map((e) => (e instanceof Error ? e.message : String(e))),
+    });
+  } finally {
+    await open?.close({ timeout: 1000 }).catch(() => {});
+    await admin.query('ALTER SYSTEM RESET synchronous_standby_names').catch(() => {});
+    await admin.end().catch(() => {});
+    await cluster.stop();
+  }
+}
+
 describe('a COMMIT waiting for a synchronous standby that never answers (a private PostgreSQL cluster)', { skip }, () => {
   it("a worker's stop cancels the wait: the handler's work and the completion are committed on the server, and close() does not hang", { timeout: 90_000 }, async () => {
-    if (missing) throw new Error(`this test cannot run under CI: ${missing}`);
-    const cluster = await PgCluster.start();
-    const admin = new pg.Client({ connectionString: cluster.url('sync-standby-admin') });
-    let mailroom: Mailroom | undefined;
-    try {
-      await admin.connect();
-      mailroom = await createMailroom({ database: cluster.url('sync-standby-test'), schema: 'standby' });
-      await mailroom.migrate();
-      await admin.query('CREATE TABLE standby.effects (job_id uuid PRIMARY KEY)');
-      const errors: unknown[] = [];
-      mailroom.on('error', ({ error }) => void errors.push(error));
+    await onPrivateCluster(async (t) => {
+      await t.admin.query('CREATE TABLE standby.effects (job_id uuid PRIMARY KEY)');
       const job = defineJob<{ n: number }>('standby.effect', { queue: 'standby' });
-      const id = await mailroom.enqueue(job, { n: 1 });
+      const id = await t.mailroom.enqueue(job, { n: 1 });
       let began!: () => void;
       const running = new Promise<void>((resolve) => (began = resolve));
       let go!: () => void;
       const goes = new Promise<void>((resolve) => (go = resolve));
-      const worker = mailroom.worker({
+      const worker = t.mailroom.worker({
         queues: ['standby'],
         maintenance: false,
         pollInterval: '50ms',
@@ -74,37 +124,51 @@ describe('a COMMIT waiting for a synchronous standby that never answers (a priva
       });
       await worker.start();
       await running;
-      // From here on every transaction that writes waits at its COMMIT for a standby named ghost, which never connects.
-      await admin.query(`ALTER SYSTEM SET synchronous_standby_names = 'ghost'`);
-      await admin.query('SELECT pg_reload_conf()');
-      await until(async () => (await admin.query('SHOW synchronous_standby_names')).rows[0].synchronous_standby_names === 'ghost', 'the setting in effect');
+      await t.holdCommits();
       go();
-      const waitingCommit = async () =>
-        (await admin.query(`SELECT count(*)::int AS n FROM pg_stat_activity WHERE wait_event = 'SyncRep' AND query = 'COMMIT'`)).rows[0].n > 0;
-      await until(waitingCommit, "the handler's COMMIT waiting for the standby");
-
-      await settlesWithin(worker.stop({ timeout: '1s' }), 6_000, 'stop() with a timeout of 1 s');
-      const closing = mailroom.close({ timeout: 1000 });
-      mailroom = undefined;
-      await settlesWithin(closing, 5_000, 'close() after the stop');
-      // Nothing of mailroom's is left waiting for the standby.
-      const { rows: left } = await admin.query(`SELECT count(*)::int AS n FROM pg_stat_activity WHERE wait_event = 'SyncRep'`);
-      assert.equal(left[0].n, 0, 'a COMMIT still waits for the standby after close()');
+      await t.commitWaits();
+      await t.stopAndClose(() => worker.stop({ timeout: '1s' }));
       // The cancelled COMMIT committed on this server: the effect once, the job completed with it.
-      const { rows: effects } = await admin.query('SELECT job_id FROM standby.effects');
+      const { rows: effects } = await t.admin.query('SELECT job_id FROM standby.effects');
       assert.deepEqual(effects.map((r) => r.job_id), [id], "the handler's work committed once");
-      const { rows: jobs } = await admin.query('SELECT state FROM standby.jobs WHERE id = $1', [id]);
+      const { rows: jobs } = await t.admin.query('SELECT state FROM standby.jobs WHERE id = $1', [id]);
       assert.equal(jobs[0].state, 'completed', 'the completion committed with it');
-      const messages = errors.map((e) => (e instanceof Error ? e.message : String(e)));
       assert.ok(
-        messages.some((m) => /gave up on its writes .*a COMMIT cancelled while it waited for a standby is committed on this server/.test(m)),
-        `the stop reported what it cut short: ${messages.join(' | ')}`,
+        t.messages().some((m) => /gave up on its writes .*a COMMIT cancelled while it waited for a standby is committed on this server/.test(m)),
+        `the stop reported what it cut short: ${t.messages().join(' | ')}`,
       );
-    } finally {
-      await mailroom?.close({ timeout: 1000 }).catch(() => {});
-      await admin.query('ALTER SYSTEM RESET synchronous_standby_names').catch(() => {});
-      await admin.end().catch(() => {});
-      await cluster.stop();
-    }
+    });
+  });
+
+  it("a relay's stop cancels the wait of its round's COMMIT, and close() does not hang", { timeout: 90_000 }, async () => {
+    await onPrivateCluster(async (t) => {
+      const noted = defineEvent<{ n: number }>('standby.noted', { version: 1 });
+      await t.mailroom.publish(noted, { n: 1 });
+      let entered!: () => void;
+      const publishing = new Promise<void>((resolve) => (entered = resolve));
+      let go!: () => void;
+      const goes = new Promise<void>((resolve) => (go = resolve));
+      const sent: string[] = [];
+      const sink: RelayTarget = {
+        name: 'sink',
+        publish: async (events) => {
+          entered();
+          await goes;
+          for (const e of events) sent.push(e.position);
+        },
+      };
+      const relay = t.mailroom.relay({ to: [sink], internal: false, pollInterval: 50 });
+      await relay.start();
+      await publishing;
+      await t.holdCommits();
+      go();
+      await t.commitWaits();
+      await t.stopAndClose(() => relay.stop({ timeout: '1s' }));
+      assert.equal(sent.length, 1, 'the event was published once');
+      assert.ok(
+        t.messages().some((m) => /the round in flight for target sink did not end .*a COMMIT that waited for a standby is committed on this server/.test(m)),
+        `the stop reported what it cut short: ${t.messages().join(' | ')}`,
+      );
+    });
   });
 });
