@@ -6,6 +6,7 @@
 import { describe, it } from 'node:test';
 import assert from 'node:assert/strict';
 import { checkSchema, expectedIndexes } from '../src/storage/schema-check.ts';
+import { checkServer } from '../src/storage/server-check.ts';
 import { databaseUrl, testDatabases, uniqueSchema, type TestMailroom } from './helpers/databases.ts';
 import { runMailroom } from './helpers/cli.ts';
 
@@ -29,6 +30,11 @@ for (const db of testDatabases()) {
       const concurrently = (w: { message: string }) => w.message.slice(w.message.indexOf('Make it again: ') + 15).replace(' CONCURRENTLY', '');
       for (const w of warnings) await t.sql(concurrently(w));
       assert.deepEqual(await checkSchema(reader(t), t.schema, 'the test database'), []);
+    });
+
+    it('a server without synchronous standbys to wait for has nothing to report', async () => {
+      const t = await db.open();
+      assert.deepEqual(await checkServer(reader(t), 'the test database'), []);
     });
 
     it('a schema behind the migrations, and one with no mailroom tables, say to migrate', async () => {

@@ -16,6 +16,8 @@ import assert from 'node:assert/strict';
 import { describe, it } from 'node:test';
 import pg from 'pg';
 import { createMailroom, defineEvent, defineJob, type Mailroom, type RelayTarget } from '../src/index.ts';
+import { checkServer, standbysRequired } from '../src/storage/server-check.ts';
+import { runMailroom } from './helpers/cli.ts';
 import { PgCluster, privateClusterUnavailable } from './reliability/pg-cluster.ts';
 
 const sleep = (ms: number) => new Promise((resolve) => setTimeout(resolve, ms));
@@ -45,6 +47,8 @@ async function until(check: () => Promise<boolean>, what: string, ms = 15_000): 
 interface Standby {
   mailroom: Mailroom;
   admin: pg.Client;
+  /** The cluster's URL. */
+  url: string;
   errors: unknown[];
   /** From now on every transaction that writes waits at its COMMIT for a standby named ghost, which never connects. */
   holdCommits(): Promise<void>;
@@ -72,6 +76,7 @@ async function onPrivateCluster(fn: (t: Standby) => Promise<void>): Promise<void
     await fn({
       mailroom,
       admin,
+      url: cluster.url(),
       errors,
       async holdCommits() {
         await admin.query(`ALTER SYSTEM SET synchronous_standby_names = 'ghost'`);
@@ -170,5 +175,42 @@ describe('a COMMIT waiting for a synchronous standby that never answers (a priva
         `the stop reported what it cut short: ${t.messages().join(' | ')}`,
       );
     });
+  });
+
+  it('mailroom doctor reports a synchronous standby that is not connected (sync-standby-missing, exit 1), and nothing once the setting is cleared', { timeout: 90_000 }, async () => {
+    await onPrivateCluster(async (t) => {
+      const read = async <R,>(sql: string, params?: unknown[]) => (await t.admin.query(sql, params)).rows as R[];
+      assert.deepEqual(await checkServer(read, 'the cluster'), [], 'no standby asked for');
+      await t.holdCommits();
+      const [warning, ...others] = await checkServer(read, 'the cluster');
+      assert.deepEqual(others, []);
+      assert.equal(warning?.code, 'sync-standby-missing');
+      assert.match(warning!.message, /^synchronous_standby_names is 'ghost' \(1 synchronous standby\) and synchronous_commit is on, but 0 synchronous standbys are connected/);
+      const args = ['doctor', '--database', t.url, '--schema', 'standby', '--json'];
+      const run = await runMailroom(args, { timeoutMs: 60_000 });
+      assert.equal(run.code, 1, run.stdout + run.stderr);
+      const report = JSON.parse(run.stdout) as { warnings: { code: string; check: string }[] };
+      assert.deepEqual(report.warnings.map((w) => w.code), ['sync-standby-missing']);
+      assert.equal(report.warnings[0]!.check, 'database schema standby');
+      // synchronous_commit = local in a session does not wait: nothing to report for it.
+      await t.admin.query('SET synchronous_commit = local');
+      assert.deepEqual(await checkServer(read, 'the cluster'), []);
+      await t.admin.query('RESET synchronous_commit');
+      await t.admin.query(`ALTER SYSTEM SET synchronous_standby_names = ''`);
+      await t.admin.query('SELECT pg_reload_conf()');
+      const cleared = async () => (await read<{ names: string }>(`SELECT current_setting('synchronous_standby_names') AS names`))[0]!.names === '';
+      await until(cleared, 'the setting cleared');
+      const sound = await runMailroom(args, { timeoutMs: 60_000 });
+      assert.equal(sound.code, 0, sound.stdout + sound.stderr);
+    });
+  });
+
+  it('how many standbys synchronous_standby_names asks for', () => {
+    assert.equal(standbysRequired('ghost'), 1);
+    assert.equal(standbysRequired('a, b'), 1);
+    assert.equal(standbysRequired('*'), 1);
+    assert.equal(standbysRequired('FIRST 2 (a, b, c)'), 2);
+    assert.equal(standbysRequired('any 3 (a, b, c)'), 3);
+    assert.equal(standbysRequired('2 (a, b)'), 2);
   });
 });
