@@ -122,7 +122,8 @@ export const doctorCommand: CommandSpec = {
     'source (with its group and timeout), as `mailroom start` would at start; each finding names its\n' +
     'entry. A config without brokers is reported as nothing to check (exit 0).\n' +
     "With --database, --data-dir or --schema, a config's database, or DATABASE_URL, it checks mailroom's\n" +
-    'schema there too: every migration applied, every index of sql/schema.sql present and valid.\n' +
+    'schema there too: every migration applied, every index of sql/schema.sql present and valid;\n' +
+    'and that no synchronous standby the server waits for at each COMMIT is missing.\n' +
     'Declares nothing. Exit 0 when nothing was found, 1 when something was (or could not be checked),\n' +
     '2 for a usage mistake or a config that does not load.',
   async run(values, io) {
