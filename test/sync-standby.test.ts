@@ -52,10 +52,12 @@ interface Standby {
   errors: unknown[];
   /** From now on every transaction that writes waits at its COMMIT for a standby named ghost, which never connects. */
   holdCommits(): Promise<void>;
-  /** Until one of mailroom's COMMITs waits for the standby. */
-  commitWaits(): Promise<void>;
-  /** Stops `stop` (timeout 1 s) and closes the mailroom, each within its limit; then nothing may wait for the standby. */
-  stopAndClose(stop: () => Promise<void>): Promise<void>;
+  /**
+   * Once `entered` (the work is under way), holds the commits and lets the work go on (`release`)
+   * until its COMMIT waits; then stops it (`stop`, timeout 1 s) and closes the mailroom, each
+   * within its limit; then nothing may wait for the standby.
+   */
+  stopWhileCommitWaits(entered: Promise<void>, release: () => void, stop: () => Promise<void>): Promise<void>;
   /** The error messages reported so far. */
   messages(): string[];
 }
@@ -83,12 +85,13 @@ async function onPrivateCluster(fn: (t: Standby) => Promise<void>): Promise<void
         await admin.query('SELECT pg_reload_conf()');
         await until(async () => (await admin.query('SHOW synchronous_standby_names')).rows[0].synchronous_standby_names === 'ghost', 'the setting in effect');
       },
-      async commitWaits() {
+      async stopWhileCommitWaits(entered, release, stop) {
+        await entered;
+        await this.holdCommits();
+        release();
         const waiting = async () =>
           (await admin.query(`SELECT count(*)::int AS n FROM pg_stat_activity WHERE wait_event = 'SyncRep' AND application_name = 'sync-standby-test'`)).rows[0].n > 0;
         await until(waiting, "one of mailroom's COMMITs waiting for the standby");
-      },
-      async stopAndClose(stop) {
         await settlesWithin(stop(), 6_000, 'stop() with a timeout of 1 s');
         open = undefined;
         await settlesWithin(mailroom.close({ timeout: 1000 }), 5_000, 'close() after the stop');
@@ -128,11 +131,7 @@ describe('a COMMIT waiting for a synchronous standby that never answers (a priva
         },
       });
       await worker.start();
-      await running;
-      await t.holdCommits();
-      go();
-      await t.commitWaits();
-      await t.stopAndClose(() => worker.stop({ timeout: '1s' }));
+      await t.stopWhileCommitWaits(running, go, () => worker.stop({ timeout: '1s' }));
       // The cancelled COMMIT committed on this server: the effect once, the job completed with it.
       const { rows: effects } = await t.admin.query('SELECT job_id FROM standby.effects');
       assert.deepEqual(effects.map((r) => r.job_id), [id], "the handler's work committed once");
@@ -164,11 +163,7 @@ describe('a COMMIT waiting for a synchronous standby that never answers (a priva
       };
       const relay = t.mailroom.relay({ to: [sink], internal: false, pollInterval: 50 });
       await relay.start();
-      await publishing;
-      await t.holdCommits();
-      go();
-      await t.commitWaits();
-      await t.stopAndClose(() => relay.stop({ timeout: '1s' }));
+      await t.stopWhileCommitWaits(publishing, go, () => relay.stop({ timeout: '1s' }));
       assert.equal(sent.length, 1, 'the event was published once');
       assert.ok(
         t.messages().some((m) => /the round in flight for target sink did not end .*a COMMIT that waited for a standby is committed on this server/.test(m)),
