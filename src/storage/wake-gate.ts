@@ -218,7 +218,8 @@ export class WakeGate {
     try {
       await this.driver.run(this.queries.register, [this.channels, this.listener], { signal: this.halt.signal });
     } catch (error) {
-      // Cancelled, the statement inserted nothing; failed otherwise (a lost connection), it may have committed.
+      // Cancelled, the statement inserted nothing (unless its connection was lost at that moment after the commit:
+      // the row then goes with the stale ones); failed otherwise (a lost connection), it may have committed.
       if (this.halt.signal.aborted) this.rowMayExist = before;
       throw error;
     }
