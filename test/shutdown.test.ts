@@ -582,7 +582,7 @@ describe('a stop is one deadline, and what it closes last does not hold it (Post
   });
 
   for (const kind of ['worker', 'relay'] as const) {
-    it(`a ${kind} whose first wake-up registration waits for a lock stops within its timeout, and close() does not wait for the lock`, { timeout: 60_000 }, async () => {
+    it(`a ${kind} whose first wake-up registration waits for a lock stops without waiting for it, and close() does not wait for the lock`, { timeout: 60_000 }, async () => {
       const opened = await openOwn({});
       const { mailroom, schema, errors } = opened;
       schemas.push(schema);
@@ -597,10 +597,10 @@ describe('a stop is one deadline, and what it closes last does not hold it (Post
       await listener.start();
       await blockedOn(lock.client, schema, 'wake_listeners', 10_000, 'WITH stale');
       const began = Date.now();
-      await listener.stop({ timeout: '1s' });
+      await listener.stop({ timeout: '3s' });
       const waited = Date.now() - began;
-      // Nothing was recorded, so there is nothing to remove: the stop neither waits for the lock nor reports.
-      assert.ok(waited < 900, `stop() took ${waited} ms: it waited for the lock (the registration, or removing a row never recorded)`);
+      // Nothing was recorded, so there is nothing to remove: the stop neither waits for the lock (3 s or more) nor reports.
+      assert.ok(waited < 2000, `stop() took ${waited} ms: it waited for the lock (the registration, or removing a row never recorded)`);
       assert.equal(await lock.waiting(), 0, 'a statement still waits for the lock after stop() resolved');
       assert.deepEqual(errors.map((e) => (e instanceof Error ? e.message : String(e))), [], 'nothing reported');
       const closing = Date.now();
