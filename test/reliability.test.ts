@@ -23,7 +23,7 @@ import { fileURLToPath } from 'node:url';
 import pg from 'pg';
 import { PrivateRabbitNode } from './helpers/brokers/private-rabbitmq.ts';
 import { PgCluster, privateClusterUnavailable } from './reliability/pg-cluster.ts';
-import { randomInt, runScenario, sleep, type FaultContext, type ScenarioEnv, type ScenarioResult } from './reliability/scenario.ts';
+import { abandonScenarios, randomInt, runScenario, sleep, type FaultContext, type ScenarioEnv, type ScenarioResult } from './reliability/scenario.ts';
 import type { NodeChild } from './reliability/children.ts';
 
 const ROOT = fileURLToPath(new URL('..', import.meta.url));
@@ -72,7 +72,9 @@ describe('fault matrix: lost, duplicated, unexpected, rolled-back, out-of-order 
   });
 
   after(async () => {
-    // Whatever happened, the private cluster is gone.
+    // Whatever happened, the private cluster is gone, and so is what a scenario that timed out left running
+    // (its processes and producers would otherwise keep this file, and the whole run, from ending).
+    await abandonScenarios();
     await env?.cluster.stop();
   });
 

@@ -20,6 +20,23 @@ import type { PgCluster } from './pg-cluster.ts';
 import { startWorkload, type RunningWorkload } from './workload.ts';
 
 export const sleep = (ms: number) => new Promise<void>((resolve) => setTimeout(resolve, ms));
+
+/** Each running scenario's clean-up, for {@link abandonScenarios}. */
+const running = new Set<() => Promise<void>>();
+
+/**
+ * Cleans up every scenario still running: one whose test timed out is never resumed, and its
+ * processes, producers and proxies would keep the test file alive for good. For an `after` hook.
+ */
+export async function abandonScenarios(): Promise<void> {
+  for (const cleanUp of [...running]) await cleanUp();
+}
+
+/** Runs `fn` with a bound: a clean-up step that hangs (a close on a stalled connection) must not hold the rest. */
+async function boundedStep(fn: () => Promise<unknown>, ms = 5_000): Promise<void> {
+  let timer: NodeJS.Timeout | undefined;
+  await Promise.race([fn().catch(() => {}), new Promise<void>((resolve) => (timer = setTimeout(resolve, ms)))]).finally(() => clearTimeout(timer));
+}
 export const randomInt = (min: number, max: number) => min + Math.floor(Math.random() * (max - min + 1));
 
 /** Attempts are generous: a restart or reset fails attempts that are no fault of the job. */
@@ -89,6 +106,11 @@ export interface ScenarioEnv {
 export async function runScenario(env: ScenarioEnv, options: ScenarioOptions, check: (result: ScenarioResult) => Promise<void>): Promise<ScenarioResult> {
   const t0 = Date.now();
   const cleanup: (() => Promise<unknown>)[] = [];
+  const cleanUp = async () => {
+    running.delete(cleanUp);
+    for (const fn of cleanup.splice(0)) await boundedStep(fn);
+  };
+  running.add(cleanUp);
   const schema = uniqueSchema('rel');
   const appPrefix = `rel${process.pid}${options.name.replace(/[^a-z]/g, '').slice(0, 6)}`;
   const admin = new pg.Pool({ connectionString: env.cluster.url('rel-admin'), max: 3 });
@@ -185,6 +207,7 @@ export async function runScenario(env: ScenarioEnv, options: ScenarioOptions, ch
       pauseMs: [15, 50],
       maxOps: 1_000_000,
     });
+    cleanup.unshift(() => workload.stop()); // before the producers' close: its loop would go on for good
     const ctx: FaultContext = {
       fleet,
       cluster: env.cluster,
@@ -212,7 +235,22 @@ export async function runScenario(env: ScenarioEnv, options: ScenarioOptions, ch
       rabbitProxy?.heal();
       for (const c of fleet.live) if (c.paused) fleet.resume(c);
     }
-    await workload.stop();
+    /** A phase after the fault that must end within `ms`; otherwise the failure says which, and what the processes last reported. */
+    const bounded = async <T,>(phase: string, promise: Promise<T>, ms: number): Promise<T> => {
+      let timer: NodeJS.Timeout | undefined;
+      const late = new Promise<never>((_, reject) => {
+        timer = setTimeout(() => {
+          const proxies = JSON.stringify({ pg: pgProxy?.stats(), rabbit: rabbitProxy?.stats() });
+          reject(new Error(`${options.name}: ${phase} did not end within ${ms} ms (proxies ${proxies}; last errors:\n${fleet.lastErrors(12).join('\n')})`));
+        }, ms);
+      });
+      try {
+        return await Promise.race([promise, late]);
+      } finally {
+        clearTimeout(timer);
+      }
+    };
+    await bounded("the producers' stop", workload.stop(), 60_000);
     const faultsDoneMs = Date.now() - t0;
 
     // Recovery: every role has a live process again, then everything drains. A replacement still
@@ -220,8 +258,8 @@ export async function runScenario(env: ScenarioEnv, options: ScenarioOptions, ch
     // queue, which the broker serves round-robin, and per-key order across them is not promised.
     const fleetRoles: NodeRole[][] = [['jobs', 'inproc'], options.rabbit ? ['relay', 'rabbit'] : ['relay']];
     for (const roles of fleetRoles) if (fleet.alive(roles[0]!).length === 0) fleet.spawn(roles);
-    await fleet.allReady();
-    const drain = await drainRun(direct, sql, schema, log, env.rabbitUrl, queue);
+    await bounded('every role ready again', fleet.allReady(), 60_000);
+    const drain = await bounded('the drain', drainRun(direct, sql, schema, log, env.rabbitUrl, queue), 100_000);
     await fleet.killAll();
 
     const report = checkHistory({ ops: log.ops(), ...(await readHistory(admin, schema)) });
@@ -253,7 +291,7 @@ export async function runScenario(env: ScenarioEnv, options: ScenarioOptions, ch
     await check(result);
     return result;
   } finally {
-    for (const fn of cleanup) await fn().catch(() => {});
+    await cleanUp();
   }
 }
 
