@@ -92,6 +92,35 @@ describe('statements cancelled by a signal (PostgreSQL)', { skip: databaseUrl ? 
     }
   });
 
+  it('a transaction aborted during its COMMIT: a COMMIT the cancel makes fail rejects with the reason and commits nothing', { timeout: 60_000 }, async () => {
+    const pool = new pg.Pool({ connectionString: databaseUrl, max: 2 });
+    const driver = new PgDriver(pool, true);
+    const admin = new pg.Client({ connectionString: databaseUrl });
+    await admin.connect();
+    const schema = uniqueSchema('commitcancel');
+    try {
+      // A deferred trigger runs inside the COMMIT: cancelled there, the COMMIT fails and the transaction rolls back.
+      await admin.query(`CREATE SCHEMA "${schema}"; CREATE TABLE "${schema}".t (id int);
+        CREATE FUNCTION "${schema}".slow() RETURNS trigger LANGUAGE plpgsql AS $$ BEGIN PERFORM pg_sleep(30); RETURN NULL; END $$;
+        CREATE CONSTRAINT TRIGGER slow AFTER INSERT ON "${schema}".t DEFERRABLE INITIALLY DEFERRED FOR EACH ROW EXECUTE FUNCTION "${schema}".slow()`);
+      const controller = new AbortController();
+      const reason = new Error('stopped during COMMIT');
+      const committing = driver.transaction((tx) => tx.query(`INSERT INTO "${schema}".t VALUES (1)`), { signal: controller.signal });
+      const inCommit = async () => (await admin.query<{ n: number }>(`SELECT count(*)::int AS n FROM pg_stat_activity WHERE query = 'COMMIT' AND wait_event = 'PgSleep'`)).rows[0]!.n > 0;
+      for (let i = 0; i < 400 && !(await inCommit()); i++) await sleep(10);
+      assert.ok(await inCommit(), "the transaction's COMMIT runs the deferred trigger");
+      const began = Date.now();
+      controller.abort(reason);
+      await assert.rejects(committing, (error) => error === reason);
+      assert.ok(Date.now() - began < 5_000, `the aborted COMMIT took ${Date.now() - began} ms to end (its trigger sleeps 30 s)`);
+      assert.equal((await admin.query<{ n: number }>(`SELECT count(*)::int AS n FROM "${schema}".t`)).rows[0]!.n, 0, 'nothing committed');
+    } finally {
+      await admin.query(`DROP SCHEMA IF EXISTS "${schema}" CASCADE`);
+      await admin.end();
+      await driver.close();
+    }
+  });
+
   it('a signal aborted before the statement: it is not run', async () => {
     const pool = new pg.Pool({ connectionString: databaseUrl, max: 1 });
     const driver = new PgDriver(pool, true);

@@ -17,6 +17,7 @@ import { describe, it } from 'node:test';
 import pg from 'pg';
 import { createMailroom, defineEvent, defineJob, type Mailroom, type RelayTarget } from '../src/index.ts';
 import { checkServer, standbysRequired } from '../src/storage/server-check.ts';
+import { within } from '../src/time-limit.ts';
 import { runMailroom } from './helpers/cli.ts';
 import { PgCluster, privateClusterUnavailable } from './reliability/pg-cluster.ts';
 
@@ -24,14 +25,9 @@ const sleep = (ms: number) => new Promise((resolve) => setTimeout(resolve, ms));
 const missing = !process.env.TEST_DATABASE_URL ? 'TEST_DATABASE_URL is not set (the opt-in to the PostgreSQL tests)' : privateClusterUnavailable();
 const skip = missing && !process.env.CI ? missing : false;
 
-/** `promise`'s time to settle in ms; fails naming `what` after `ms` (so that a hang still runs the clean-up). */
-async function settlesWithin(promise: Promise<unknown>, ms: number, what: string): Promise<number> {
-  const began = Date.now();
-  let timer: NodeJS.Timeout | undefined;
-  const late = new Promise<'late'>((resolve) => (timer = setTimeout(() => resolve('late'), ms)));
-  const outcome = await Promise.race([promise.then(() => 'done' as const), late]).finally(() => clearTimeout(timer));
-  assert.equal(outcome, 'done', `${what} did not resolve within ${ms} ms`);
-  return Date.now() - began;
+/** Fails naming `what` unless `promise` settles within `ms` (so that a hang still runs the clean-up). */
+async function settlesWithin(promise: Promise<unknown>, ms: number, what: string): Promise<void> {
+  assert.ok(await within(promise.then(() => true), ms, false), `${what} did not resolve within ${ms} ms`);
 }
 
 /** Polls `check` every 25 ms until it is true; fails naming `what` after `ms`. */

@@ -10,6 +10,7 @@ import pg from 'pg';
 import { createMailroom, type Duration, type Mailroom, type RetryOptions } from '../../src/index.ts';
 import { openMailroom } from '../../src/mailroom.ts';
 import { PgDriver } from '../../src/storage/pg-driver.ts';
+import { within } from '../../src/time-limit.ts';
 import { uniqueSchema } from '../helpers/databases.ts';
 import { NodeFleet } from './children.ts';
 import { INPROC_GROUP, QUICK_STALL_CHECK, relEvent, type NodeProcessConfig, type NodeRole } from './definitions.ts';
@@ -32,11 +33,6 @@ export async function abandonScenarios(): Promise<void> {
   for (const cleanUp of [...running]) await cleanUp();
 }
 
-/** Runs `fn` with a bound: a clean-up step that hangs (a close on a stalled connection) must not hold the rest. */
-async function boundedStep(fn: () => Promise<unknown>, ms = 5_000): Promise<void> {
-  let timer: NodeJS.Timeout | undefined;
-  await Promise.race([fn().catch(() => {}), new Promise<void>((resolve) => (timer = setTimeout(resolve, ms)))]).finally(() => clearTimeout(timer));
-}
 export const randomInt = (min: number, max: number) => min + Math.floor(Math.random() * (max - min + 1));
 
 /** Attempts are generous: a restart or reset fails attempts that are no fault of the job. */
@@ -108,7 +104,8 @@ export async function runScenario(env: ScenarioEnv, options: ScenarioOptions, ch
   const cleanup: (() => Promise<unknown>)[] = [];
   const cleanUp = async () => {
     running.delete(cleanUp);
-    for (const fn of cleanup.splice(0)) await boundedStep(fn);
+    // Each step at most 5 s: one that hangs (a close on a stalled connection) must not hold the rest.
+    for (const fn of cleanup.splice(0)) await within(fn().then(() => undefined, () => undefined), 5_000, undefined);
   };
   running.add(cleanUp);
   const schema = uniqueSchema('rel');
@@ -237,18 +234,11 @@ export async function runScenario(env: ScenarioEnv, options: ScenarioOptions, ch
     }
     /** A phase after the fault that must end within `ms`; otherwise the failure says which, and what the processes last reported. */
     const bounded = async <T,>(phase: string, promise: Promise<T>, ms: number): Promise<T> => {
-      let timer: NodeJS.Timeout | undefined;
-      const late = new Promise<never>((_, reject) => {
-        timer = setTimeout(() => {
-          const proxies = JSON.stringify({ pg: pgProxy?.stats(), rabbit: rabbitProxy?.stats() });
-          reject(new Error(`${options.name}: ${phase} did not end within ${ms} ms (proxies ${proxies}; last errors:\n${fleet.lastErrors(12).join('\n')})`));
-        }, ms);
-      });
-      try {
-        return await Promise.race([promise, late]);
-      } finally {
-        clearTimeout(timer);
-      }
+      const late = Symbol('late');
+      const outcome = await within<T | typeof late>(promise, ms, late);
+      if (outcome !== late) return outcome;
+      const proxies = JSON.stringify({ pg: pgProxy?.stats(), rabbit: rabbitProxy?.stats() });
+      throw new Error(`${options.name}: ${phase} did not end within ${ms} ms (proxies ${proxies}; last errors:\n${fleet.lastErrors(12).join('\n')})`);
     };
     await bounded("the producers' stop", workload.stop(), 60_000);
     const faultsDoneMs = Date.now() - t0;
