@@ -253,6 +253,7 @@ export async function runScenario(env: ScenarioEnv, options: ScenarioOptions, ch
     await fleet.killAll();
 
     const report = checkHistory({ ops: log.ops(), ...(await readHistory(admin, schema)) });
+    const lostTrail = report.lost > 0 ? await traceLost(sql, schema, report) : undefined;
     const summary = {
       scenario: options.name,
       messages: log.ops().length,
@@ -273,6 +274,8 @@ export async function runScenario(env: ScenarioEnv, options: ScenarioOptions, ch
       processes: fleet.all.length,
       crashedProcesses: fleet.crashed.length,
       drainMs: drain.ms,
+      drainComplete: drain.complete,
+      ...(lostTrail ? { lostTrail } : {}),
       faultsDoneMs,
       totalMs: Date.now() - t0,
     };
@@ -283,6 +286,30 @@ export async function runScenario(env: ScenarioEnv, options: ScenarioOptions, ch
   } finally {
     await cleanUp();
   }
+}
+
+/**
+ * Where the first lost effects stopped, for the failure message: each lost
+ * operation's outbox row (a publish), the jobs carrying it with their state and
+ * errors, and the relay's cursors.
+ */
+async function traceLost(sql: <R>(text: string, params?: unknown[]) => Promise<R[]>, schema: string, report: CheckReport): Promise<unknown> {
+  const s = `"${schema}"`;
+  const lost = report.violations.filter((v) => v.kind === 'lost');
+  const cursors = await sql(`SELECT target, cursor_xid::text AS xid, cursor_position::text AS position, holder, delivered::text AS delivered FROM ${s}.relay_cursors`);
+  const ops = [];
+  for (const v of lost) {
+    const outbox = await sql(`SELECT position::text AS position, xid::text AS xid, subject FROM ${s}.outbox WHERE data->>'op' = $1`, [v.op]);
+    const jobs = await sql(
+      `SELECT j.id, j.queue, j.state, j.attempt, j.max_attempts, j.claim_count, j.blocked, j.ordering_key, j.ordering_seq::text AS ordering_seq, j.dead_reason,
+              (SELECT json_agg(json_build_object('claim', e.claim, 'category', e.category, 'message', left(e.message, 200)) ORDER BY e.claim)
+                 FROM ${s}.job_errors AS e WHERE e.job_id = j.id) AS errors
+         FROM ${s}.jobs AS j WHERE j.payload->'data'->>'op' = $1 OR j.payload->>'op' = $1`,
+      [v.op],
+    );
+    ops.push({ op: v.op, dest: v.dest, outbox, jobs });
+  }
+  return { cursors, ops };
 }
 
 /**
