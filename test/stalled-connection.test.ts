@@ -161,6 +161,34 @@ describe('pooled connections that stopped answering (PostgreSQL)', { skip: datab
     }
   });
 
+  it('a slow network is not a stall: a statement answered while the look ran is left alone, and so is its connection', { timeout: 30_000 }, async () => {
+    // Each chunk held 300 ms each way: every statement is outstanding 600 ms, past afterMs (400), and its
+    // server process sits idle in its transaction from when it answered, through the work the client does
+    // after it (a handler's, here a pause). The look connects through the same proxy, so the statement's
+    // answer, sent earlier, arrives before the look's.
+    const { proxy: slow, url } = await proxied();
+    const driver = new PgDriver(new pg.Pool({ connectionString: url, max: 2 }), true, LISTEN_QUICK, QUICK);
+    const table = `stall_slow_${process.pid}`;
+    await admin.query(`CREATE TABLE ${table} (id int)`);
+    try {
+      await driver.query('SELECT 1'); // connected and identified before the latency
+      slow.latency(300);
+      await driver.transaction(async (tx) => {
+        for (let i = 1; i <= 3; i++) {
+          await tx.query(`INSERT INTO ${table} VALUES ($1)`, [i]);
+          await sleep(1500);
+        }
+      });
+      const { rows } = await admin.query<{ n: number }>(`SELECT count(*)::int AS n FROM ${table}`);
+      assert.deepEqual(rows, [{ n: 3 }], 'the slow transaction committed');
+      assert.ok(slow.stats().connections >= 3, `the statements were looked at (${slow.stats().connections - 1} look connections)`);
+    } finally {
+      await admin.query(`DROP TABLE ${table}`);
+      await driver.close();
+      await slow.close().catch(() => {});
+    }
+  });
+
   it('connections whose server process is gone are given up on together: the next statement does not wait on them', { timeout: 30_000 }, async () => {
     const check: StallCheck = { afterMs: 1000, everyMs: 100, answerMs: 3000 };
     const driver = driverThroughProxy(check, 4);

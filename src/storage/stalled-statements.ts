@@ -192,19 +192,26 @@ export class StalledStatements {
     this.looking = true;
     try {
       const seen = await this.look();
-      const ending = seen ? this.decide(seen, stalled, Date.now()) : [];
+      // A statement answered while the look ran is left alone: under load (a starved event loop, a slow
+      // network) its answer often arrives meanwhile, and its connection may already carry the next one.
+      const unanswered = stalled.filter((entry) => this.outstanding.has(entry));
+      const ending = seen ? this.decide(seen, unanswered, Date.now()) : [];
       if (ending.length > 0) await this.terminate(ending);
     } finally {
       this.looking = false;
     }
   }
 
-  /** The server's view of every known connection's process, from a connection of its own; undefined without an answer in time. */
-  private async look(): Promise<Map<number, Seen> | undefined> {
-    const pids = [...new Set([...this.backends.values()].flatMap((b) => (b.direct ? [b.pid] : [])))];
+  /**
+   * The server's view of every known connection's process, from a connection of its own; undefined
+   * without an answer in time. Only the processes asked after are in `asked`: a connection made while
+   * the look ran is not.
+   */
+  private async look(): Promise<{ seen: Map<number, Seen>; asked: Set<number> } | undefined> {
+    const asked = new Set([...this.backends.values()].flatMap((b) => (b.direct ? [b.pid] : [])));
     return this.probe(async (probe) => {
-      const { rows } = await probe.query<Seen>(LOOK_SQL, [pids]);
-      return new Map(rows.map((r) => [r.pid, r]));
+      const { rows } = await probe.query<Seen>(LOOK_SQL, [[...asked]]);
+      return { seen: new Map(rows.map((r) => [r.pid, r])), asked };
     });
   }
 
@@ -237,10 +244,10 @@ export class StalledStatements {
   }
 
   /** Gives up on the stalled statements whose connection is gone, idle or blocked writing; returns the server processes still there to end. */
-  private decide(seen: Map<number, Seen>, stalled: Outstanding[], now: number): Backend[] {
+  private decide({ seen, asked }: { seen: Map<number, Seen>; asked: Set<number> }, stalled: Outstanding[], now: number): Backend[] {
     const ending: Backend[] = [];
     for (const [client, backend] of this.backends) {
-      if (!backend.direct) continue;
+      if (!backend.direct || !asked.has(backend.pid)) continue;
       const row = seen.get(backend.pid);
       if (row === undefined || row.started !== backend.started) this.gone.add(client);
     }
