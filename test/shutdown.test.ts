@@ -231,19 +231,31 @@ describe('stopping waits for background passes in flight, and cancels one still 
   });
 });
 
-/** A target whose publish never answers; `entered` resolves at its first call. */
-function hangingTarget(name: string, readAhead: boolean): { target: RelayTarget; entered: Promise<void> } {
+/** A target whose publish never answers; `entered` resolves at its first call, `signals` holds each call's `context.signal`. */
+function hangingTarget(name: string, readAhead: boolean): { target: RelayTarget; entered: Promise<void>; signals: (AbortSignal | undefined)[] } {
   let enter!: () => void;
   const entered = new Promise<void>((resolve) => (enter = resolve));
+  const signals: (AbortSignal | undefined)[] = [];
   const target: RelayTarget = {
     name,
     readAhead,
-    publish: () => {
+    publish: (_events, context) => {
+      signals.push(context.signal);
       enter();
       return new Promise<never>(() => {});
     },
   };
-  return { target, entered };
+  return { target, entered, signals };
+}
+
+/** Checks that the relay told the hung publish it gave up on it: its signal aborted, with a reason naming the stop. */
+function publishCalledOff(signals: readonly (AbortSignal | undefined)[]): void {
+  assert.ok(signals.length >= 1, 'the target was called');
+  for (const signal of signals) {
+    assert.ok(signal instanceof AbortSignal, 'the publish got a signal');
+    assert.ok(signal.aborted, "the publish's signal is aborted once the stop gave up on it");
+    assert.match(String((signal.reason as Error).message), /stopped: rounds were still in flight \d+ ms into stop\(\)/);
+  }
 }
 
 /** Stops `relay` with a 1 s timeout and checks it resolved after about that long, with one error naming `target`'s round. */
@@ -318,12 +330,14 @@ describe("a relay's stop does not wait past its timeout for a round in flight or
       const { mailroom, schema, errors } = opened;
       schemas.push(schema);
       const noted = defineEvent<{ n: number }>(`shutdown.hung-${readAhead ? 'ahead' : 'tx'}`, { version: 1 });
-      const { target, entered } = hangingTarget('hung', readAhead);
+      const { target, entered, signals } = hangingTarget('hung', readAhead);
       const relay = mailroom.relay({ to: [target], internal: false, pollInterval: 50, lease: '4s' });
       await relay.start();
       const published = await mailroom.publishMany(noted, [{ n: 1 }, { n: 2 }, { n: 3 }]);
       await entered;
+      assert.equal(signals[0]?.aborted, false, 'the signal is not aborted while the relay waits for the publish');
       await stopCutsRoundShort(relay, errors, 'hung');
+      publishCalledOff(signals);
 
       const db = new pg.Client({ connectionString: databaseUrl });
       await db.connect();
@@ -340,11 +354,13 @@ describe("a relay's stop does not wait past its timeout for a round in flight or
       const next = await createMailroom({ database: databaseUrl, schema });
       mailrooms.push(next);
       const got: string[] = [];
+      const sinkSignals: (boolean | undefined)[] = [];
       let acquiredAt = 0;
       const all = new Promise<void>((resolve) => {
         const sink: RelayTarget = {
           name: 'hung',
-          publish: async (events) => {
+          publish: async (events, context) => {
+            sinkSignals.push(context.signal?.aborted);
             for (const e of events) got.push(e.envelope.id);
             if (got.length >= 3) resolve();
           },
@@ -356,6 +372,7 @@ describe("a relay's stop does not wait past its timeout for a round in flight or
       await Promise.race([all, sleep(15_000).then(() => assert.fail(`the next relay delivered ${got.length} of 3 events in 15 s`))]);
       assert.ok(acquiredAt >= leaseEnds - 100, `the next relay took the lease ${leaseEnds - acquiredAt} ms before it ran out`);
       assert.deepEqual([...got].sort(), published.ids.sort(), 'every event delivered, once');
+      assert.ok(sinkSignals.length > 0 && sinkSignals.every((aborted) => aborted === false), `a running relay hands every batch a signal not aborted: ${JSON.stringify(sinkSignals)}`);
     });
   }
 
@@ -428,12 +445,13 @@ describe("a relay's stop does not wait past its timeout for a round in flight (P
     const errors: unknown[] = [];
     t.mailroom.on('error', ({ error }) => void errors.push(error));
     const noted = defineEvent<{ n: number }>('shutdown.hung-embedded', { version: 1 });
-    const { target, entered } = hangingTarget('hung', false);
+    const { target, entered, signals } = hangingTarget('hung', false);
     const relay = t.mailroom.relay({ to: [target], internal: false, pollInterval: 50 });
     await relay.start();
     await t.mailroom.publish(noted, { n: 1 });
     await entered;
     await stopCutsRoundShort(relay, errors, 'hung');
+    publishCalledOff(signals);
     // PGlite serves one connection: a transaction left open would hold every later statement.
     const answered = await Promise.race([t.sql<{ n: number }>(`SELECT count(*)::int AS n FROM "${t.schema}".outbox`).then((rows) => rows[0]!.n), sleep(5000).then(() => 'no answer')]);
     assert.equal(answered, 1, 'the embedded database answers after the stop, and the event is still in the outbox');

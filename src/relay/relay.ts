@@ -525,7 +525,7 @@ export class Relay extends SafeEmitter<RelayEvents> {
         }
         const events = s.parked.without(plan.rows.map((row) => new StoredEvent(row)));
         sent = events;
-        if (events.length > 0) await publishTraced(s.target, events, { tx, origin });
+        if (events.length > 0) await publishTraced(s.target, events, { tx, origin, signal: this.halt.signal });
         const next = plan.cursor;
         const advanced = await tx.query(this.queries.advance.text, [name, this.id, token, String(next.xid), String(next.position), events.length]);
         if (advanced.rowCount !== 1) throw new LeaseLost('lease lost during the round');
@@ -610,7 +610,7 @@ export class Relay extends SafeEmitter<RelayEvents> {
     }
     const next = plan.cursor;
     // The batch before this one is confirmed: send this one as it is unless its conditional send was confirmed.
-    const publishAgain = () => (events.length === 0 ? Promise.resolve() : publishTraced(s.target, events, { tx: NO_TRANSACTION, origin }));
+    const publishAgain = () => (events.length === 0 ? Promise.resolve() : publishTraced(s.target, events, { tx: NO_TRANSACTION, origin, signal: this.halt.signal }));
     const publishing = sent === null ? publishAgain() : sent.then((confirmed) => (confirmed ? undefined : publishAgain()));
     if (!plan.exhausted && plan.blockedBy === null) s.ahead = this.readNext(s, read(next), events.at(-1) ?? null, origin);
     try {
@@ -641,7 +641,7 @@ export class Relay extends SafeEmitter<RelayEvents> {
       if (batch === null) return null;
       const events = s.parked.without(batch.events);
       if (s.target.pipelined !== true || after === null || events.length === 0 || batch.plan.cursor === null) return { batch, sent: null };
-      const sent = publishTraced(s.target, events, { tx: NO_TRANSACTION, after, origin }).then(
+      const sent = publishTraced(s.target, events, { tx: NO_TRANSACTION, after, origin, signal: this.halt.signal }).then(
         () => true,
         () => false,
       );

@@ -49,6 +49,23 @@ export interface RelayContext {
    * as an opaque name.
    */
   readonly origin?: string;
+  /**
+   * Aborted when the relay gives up on this batch: its `stop()` timeout
+   * passed with the publish still out. The relay then neither waits for the
+   * publish nor moves the cursor past the batch, and leaves the target's lease
+   * to run out, after which another relay publishes the batch again. A target
+   * that can call its publish off (a `fetch` given this signal, a client's
+   * abort) should, so that nothing of the batch lands after events the next
+   * relay delivers; one that cannot may deliver late, and out of order with
+   * those. Set on every batch a relay hands a target; absent for
+   * `parkedEvents.republish`.
+   *
+   * @example
+   * publish: async (events, { signal }) => {
+   *   await fetch(url, { method: 'POST', body: JSON.stringify(events.map((e) => e.envelope)), signal });
+   * }
+   */
+  readonly signal?: AbortSignal;
 }
 
 /**
