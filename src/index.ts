@@ -4,6 +4,7 @@
  */
 export { createMailroom, Mailroom } from './mailroom.ts';
 export type { MailroomOptions, MailroomTransaction, JobsApi, VersionsApi } from './mailroom.ts';
+export type { MailroomTransactionOptions } from './transaction-options.ts';
 export type { JobActionResult } from './jobs/admin.ts';
 export type { MailroomStats, QueueStats } from './stats.ts';
 export { defineConfig } from './config/define-config.ts';

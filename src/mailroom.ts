@@ -29,6 +29,7 @@ import { Maintenance } from './worker/maintenance.ts';
 import { Worker, type WorkerOptions } from './worker/worker.ts';
 import { toMilliseconds, type Duration } from './duration.ts';
 import { TransactionEndedError, ValidationError } from './errors.ts';
+import { transactionOptionsOf, type MailroomTransactionOptions } from './transaction-options.ts';
 import type { EventDefinition } from './events/define-event.ts';
 import { assertSource, defaultSource } from './events/envelope.ts';
 import { readEventStats } from './events/event-stats.ts';
@@ -351,13 +352,16 @@ export class Mailroom extends SafeEmitter<MailroomEvents> {
    * Runs `fn` in a transaction; pass its `tx` to `enqueue` so jobs commit or
    * roll back with your own writes.
    *
+   * `options.signal` ends it when aborted (see {@link MailroomTransactionOptions}).
+   *
    * @example
    * await mailroom.transaction(async (tx) => {
    *   await tx.query('INSERT INTO users (id) VALUES ($1)', [id]);
    *   await mailroom.enqueue(sendWelcome, { userId: id }, { tx });
-   * });
+   * }, { signal: AbortSignal.timeout(5_000) });
    */
-  transaction<T>(fn: (tx: MailroomTransaction) => Promise<T>): Promise<T> {
+  async transaction<T>(fn: (tx: MailroomTransaction) => Promise<T>, options?: MailroomTransactionOptions): Promise<T> {
+    const { signal } = transactionOptionsOf(options);
     return this.driver.transaction(async (tx) => {
       let ended = false;
       const handle: MailroomTransaction = {
@@ -372,7 +376,7 @@ export class Mailroom extends SafeEmitter<MailroomEvents> {
       } finally {
         ended = true;
       }
-    });
+    }, signal ? { signal } : {});
   }
 
   /**

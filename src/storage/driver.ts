@@ -41,8 +41,10 @@ export interface TransactionOptions {
    * Ends the transaction when aborted, from outside `fn`: the call rejects with the signal's reason
    * at once, even while `fn` awaits something else (a hung publish). On PostgreSQL a statement in
    * flight is cancelled on the server and the connection is closed, which rolls the transaction back;
-   * every later statement of `fn` rejects. An abort once COMMIT was sent does not cut it short. On
-   * PGlite the transaction rolls back once a statement that has begun ends.
+   * every later statement of `fn` rejects. An abort once COMMIT was sent cancels the COMMIT too: one
+   * the cancel makes fail rolls back and the call rejects with the reason; one waiting for a
+   * synchronous standby returns committed on this server, and the call resolves. On PGlite the
+   * transaction rolls back once a statement that has begun ends; a COMMIT is not cut short.
    */
   signal?: AbortSignal;
 }
