@@ -189,6 +189,25 @@ describe('pooled connections that stopped answering (PostgreSQL)', { skip: datab
     }
   });
 
+  it("mailrooms made on a pool passed in and closed leave no listener on the pool's connections", { timeout: 30_000 }, async () => {
+    const pool = new pg.Pool({ connectionString: databaseUrl, max: 2 });
+    pool.on('error', () => {});
+    try {
+      const client = await pool.connect();
+      client.release();
+      const before = client.listenerCount('end');
+      for (let i = 0; i < 12; i++) {
+        const mailroom = await createMailroom({ database: pool, schema: uniqueSchema('stallend') });
+        await mailroom.transaction((tx) => tx.query('SELECT 1'));
+        await mailroom.close();
+      }
+      assert.equal(pool.totalCount, 1, 'the same pooled connection served every mailroom');
+      assert.equal(client.listenerCount('end'), before, `'end' listeners on the pooled connection: ${client.listenerCount('end')}, ${before} before twelve mailrooms came and went`);
+    } finally {
+      await pool.end();
+    }
+  });
+
   it('connections whose server process is gone are given up on together: the next statement does not wait on them', { timeout: 30_000 }, async () => {
     const check: StallCheck = { afterMs: 1000, everyMs: 100, answerMs: 3000 };
     const driver = driverThroughProxy(check, 4);

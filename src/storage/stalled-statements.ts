@@ -94,6 +94,8 @@ export class StalledConnectionError extends MailroomError {
  */
 export class StalledStatements {
   private readonly backends = new Map<pg.PoolClient, Backend>();
+  /** The 'end' listener put on each identified client, taken off at {@link stop} (a pool passed in outlives this driver). */
+  private readonly onEnd = new Map<pg.PoolClient, () => void>();
   private readonly outstanding = new Set<Outstanding>();
   private readonly gone = new WeakSet<pg.PoolClient>();
   private readonly closedFor = new WeakMap<pg.PoolClient, string>();
@@ -164,10 +166,12 @@ export class StalledStatements {
     return why === undefined ? error : new StalledConnectionError(why, { cause: error });
   }
 
-  /** Stops looking (the driver is closing). */
+  /** Stops looking (the driver is closing), and lets go of the pool's clients. */
   stop(): void {
     this.stopped = true;
     clearInterval(this.timer);
+    for (const [client, listener] of this.onEnd) client.off('end', listener);
+    this.onEnd.clear();
   }
 
   private start(): NodeJS.Timeout {
@@ -181,7 +185,13 @@ export class StalledStatements {
     const backend = rows[0]!;
     // A pooler (PgBouncer) gives its own process id in the startup reply: the server's is another.
     this.backends.set(client, { ...backend, direct: backend.pid === (client as unknown as { processID: number | null }).processID });
-    client.once('end', () => this.backends.delete(client));
+    if (this.onEnd.has(client)) return;
+    const listener = () => {
+      this.backends.delete(client);
+      this.onEnd.delete(client);
+    };
+    this.onEnd.set(client, listener);
+    client.once('end', listener);
   }
 
   private async sweep(): Promise<void> {
