@@ -8,6 +8,7 @@
  * already pruned). While one batch is being stored the next one gathers, so
  * batches grow with the arrival rate up to the source's prefetch.
  */
+import { stopController } from '../stop-controller.ts';
 import type { ConsumerSource, SourceMessage } from '../brokers/source.ts';
 import type { SafetyWarning } from '../brokers/safety.ts';
 import type { Driver } from '../storage/driver.ts';
@@ -92,7 +93,7 @@ export class SourceIngest {
   /** Ends a wait for the worker's room (see roomToStore) at once: the ingest is stopping. */
   private endHold: (() => void) | null = null;
   /** Aborted when a store is still in flight past the stop's timeout: its statements are cancelled. */
-  private readonly halt = new AbortController();
+  private readonly halt = stopController();
   /** The driver the stores use: {@link halt} cancels what they run. */
   private readonly db: Driver;
 

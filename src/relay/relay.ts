@@ -1,3 +1,4 @@
+import { stopController } from '../stop-controller.ts';
 import { SafeEmitter } from '../observe/safe-emitter.ts';
 import { publishTraced } from './traced-publish.ts';
 import type { SafetyWarning } from '../brokers/safety.ts';
@@ -133,7 +134,7 @@ export class Relay extends SafeEmitter<RelayEvents> {
   /** Which outbox this is (`RelayContext.origin`), read once; undefined when the database does not say. */
   private originRead: Promise<string | undefined> | undefined;
   /** Aborted when a stop's timeout is spent with rounds still in flight: their statements are cancelled and they are waited for no more. */
-  private readonly halt = new AbortController();
+  private readonly halt = stopController();
   /** The driver the rounds use: {@link halt} cancels what they run. */
   private readonly db: Driver;
 

@@ -1,3 +1,4 @@
+import { stopController } from '../stop-controller.ts';
 import { MailroomError } from '../errors.ts';
 import { endOrCut, STOP_GRACE_MS } from '../time-limit.ts';
 
@@ -35,7 +36,7 @@ export class PeriodicPass {
   #timer: NodeJS.Timeout | undefined;
   #running: Promise<unknown> | undefined;
   #stopped = false;
-  #abort = new AbortController();
+  #abort = stopController();
 
   constructor(
     /** What the pass does, for the error when a stop cancels it ("retention", "inbox prune"). */
@@ -48,7 +49,7 @@ export class PeriodicPass {
   /** Runs a pass every `intervalMs` from now on (the timer does not keep the process alive). */
   start(): void {
     this.#stopped = false;
-    if (this.#abort.signal.aborted) this.#abort = new AbortController();
+    if (this.#abort.signal.aborted) this.#abort = stopController();
     if (this.#timer) return;
     this.#timer = setInterval(() => this.runNow(), this.intervalMs);
     this.#timer.unref();

@@ -17,6 +17,7 @@
  * only brings back a NOTIFY per publish, and is dropped after {@link STALE_MINUTES}
  * by the next listener that records itself, on any channel.
  */
+import { stopController } from '../stop-controller.ts';
 import type { Driver, NamedQuery } from './driver.ts';
 import { namedQueries } from './named.ts';
 import { MailroomError } from '../errors.ts';
@@ -94,7 +95,7 @@ export class WakeGate {
   /** False only while the listener's row is known not to be there (so a close has nothing to remove). */
   private rowMayExist = false;
   /** Aborted by {@link interrupt}: cancels the gate's own statement in flight (a registration waiting for a lock, say). */
-  private readonly halt = new AbortController();
+  private readonly halt = stopController();
 
   constructor(
     private readonly driver: Driver,

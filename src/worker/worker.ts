@@ -1,3 +1,4 @@
+import { stopController } from '../stop-controller.ts';
 import { SafeEmitter } from '../observe/safe-emitter.ts';
 import type { JobEventRef } from '../observe/lifecycle.ts';
 import { toMilliseconds, type Duration } from '../duration.ts';
@@ -112,7 +113,7 @@ export class Worker extends SafeEmitter<WorkerEvents> {
   private readonly setsLimits: boolean;
   private abandoned = false;
   /** Aborted when a stop's writes (releases, outcomes, a claim) are still waiting a second past its timeout: they are cancelled. */
-  private readonly halt = new AbortController();
+  private readonly halt = stopController();
   /** The driver for claims, heartbeats, releases and outcomes: {@link halt} cancels what they run. */
   private readonly db: Driver;
   private heartbeatTimer: NodeJS.Timeout | undefined;
