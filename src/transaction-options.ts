@@ -4,6 +4,7 @@
  */
 import { ValidationError } from './errors.ts';
 import { checkOptionNames, type OptionNames } from './option-names.ts';
+import { checkSignal } from './signal-option.ts';
 
 /** Options of `mailroom.transaction(fn, options)`. */
 export interface MailroomTransactionOptions {
@@ -37,13 +38,6 @@ export function transactionOptionsOf(options: unknown): MailroomTransactionOptio
     ]);
   }
   checkOptionNames(options, NAMES, 'mailroom.transaction');
-  const { signal } = options as { signal?: unknown };
-  if (signal === undefined) return {};
-  if (!(signal instanceof AbortSignal)) {
-    throw new ValidationError(
-      `mailroom.transaction: signal must be an AbortSignal (from new AbortController() or AbortSignal.timeout(ms)), got ${signal === null ? 'null' : typeof signal}; nothing was run`,
-      [{ path: 'signal', message: 'not an AbortSignal' }],
-    );
-  }
-  return { signal };
+  const signal = checkSignal((options as { signal?: unknown }).signal, 'mailroom.transaction');
+  return signal ? { signal } : {};
 }

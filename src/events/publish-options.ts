@@ -20,6 +20,12 @@ export interface PublishOptions {
   traceparent?: string;
   /** When it happened. Default: now. */
   time?: Date;
+  /**
+   * Without `tx`: ends the publish when aborted (its statement cancelled on
+   * the server, nothing written) and rejects with the signal's reason. Not
+   * with `tx`: give the signal to `mailroom.transaction(fn, { signal })`.
+   */
+  signal?: AbortSignal;
 }
 
 /** Options of `publishMany`: like {@link PublishOptions}, with the key per item. */
@@ -107,7 +113,7 @@ function checkTime(value: unknown): Date {
   return value;
 }
 
-const PUBLISH_OPTION_NAMES: OptionNames<PublishOptions> = { tx: true, key: true, correlationId: true, causationId: true, headers: true, traceparent: true, time: true };
+const PUBLISH_OPTION_NAMES: OptionNames<PublishOptions> = { tx: true, key: true, correlationId: true, causationId: true, headers: true, traceparent: true, time: true, signal: true };
 
 /** Validates the options every event of one publish shares. */
 export function checkPublishOptions<TInput>(options: PublishOptions | PublishManyOptions<TInput>): CheckedPublishOptions {

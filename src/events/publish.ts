@@ -2,6 +2,7 @@ import { TransactionEndedError, ValidationError } from '../errors.ts';
 import { newId } from '../ids.ts';
 import { serializePayload, validatePayload } from '../payload.ts';
 import { asQueryable, type Driver, type TransactionLike } from '../storage/driver.ts';
+import { checkSignal } from '../signal-option.ts';
 import { currentContext } from '../observe/context.ts';
 import { inProducerSpan } from '../observe/tracing.ts';
 import { isEventDefinition, type EventDefinition } from './define-event.ts';
@@ -46,6 +47,8 @@ export async function publishEvents<TData, TInput>(
   }
   const what = `event ${def.type}`;
   const shared = withContextDefaults(checkPublishOptions(options));
+  const inTx = options.tx !== undefined && options.tx !== null;
+  const signal = checkSignal(options.signal, `publish ${def.type}`, inTx);
   const ids: string[] = [];
   const keys: (string | null)[] = [];
   const payloads: string[] = [];
@@ -78,7 +81,7 @@ export async function publishEvents<TData, TInput>(
     // A batch with keys locks them and records each row's previous row in one call (migration 20); a
     // single keyed event costs less through the trigger (one row: no set to work on).
     const keyed = ids.length > 1 && keys.some((k) => k !== null);
-    return options.tx !== undefined && options.tx !== null ? insertInTransaction(deps, def, params, keyed, ids.length, options.tx) : insertOnPool(deps, params, keyed);
+    return inTx ? insertInTransaction(deps, def, params, keyed, ids.length, options.tx!) : insertOnPool(deps, params, keyed, signal);
   });
 }
 
@@ -97,8 +100,11 @@ function withContextDefaults(shared: CheckedPublishOptions): CheckedPublishOptio
   };
 }
 
-async function insertOnPool(deps: PublishDeps, params: unknown[], keyed: boolean): Promise<string[]> {
-  const { rows } = keyed ? await deps.driver.run<{ id: string }>(deps.queries.insertKeyed, [...params, null]) : await deps.driver.run<{ id: string }>(deps.queries.insert, params);
+async function insertOnPool(deps: PublishDeps, params: unknown[], keyed: boolean, signal: AbortSignal | undefined): Promise<string[]> {
+  const options = signal ? { signal } : {};
+  const { rows } = keyed
+    ? await deps.driver.run<{ id: string }>(deps.queries.insertKeyed, [...params, null], options)
+    : await deps.driver.run<{ id: string }>(deps.queries.insert, params, options);
   return rows.map((r) => r.id);
 }
 

@@ -1,3 +1,5 @@
+import { abortableDriver } from '../storage/abortable-driver.ts';
+import { checkSignal } from '../signal-option.ts';
 import type { JobDefinition } from '../define.ts';
 import { toMilliseconds, type Duration } from '../duration.ts';
 import { TransactionEndedError, ValidationError } from '../errors.ts';
@@ -25,6 +27,12 @@ export interface EnqueueOptions {
   orderingKey?: string;
   /** Enqueue inside this transaction: the job exists if and only if it commits. */
   tx?: TransactionLike;
+  /**
+   * Without `tx`: ends the enqueue when aborted (its statements cancelled on
+   * the server, nothing written) and rejects with the signal's reason. Not
+   * with `tx`: give the signal to `mailroom.transaction(fn, { signal })`.
+   */
+  signal?: AbortSignal;
 }
 
 /** Options of `enqueueMany`: like {@link EnqueueOptions}, with the key computed per item. */
@@ -119,7 +127,7 @@ function checkDelay(delay: EnqueueOptions['delay']): number {
   return ms;
 }
 
-const ENQUEUE_OPTION_NAMES: OptionNames<EnqueueOptions> = { key: true, delay: true, runAt: true, priority: true, correlationId: true, orderingKey: true, tx: true };
+const ENQUEUE_OPTION_NAMES: OptionNames<EnqueueOptions> = { key: true, delay: true, runAt: true, priority: true, correlationId: true, orderingKey: true, tx: true, signal: true };
 
 /**
  * Validates and writes jobs of one type in one statement; returns their ids in
@@ -147,7 +155,9 @@ export async function enqueueJobs<TData, TInput>(
   const correlationId = checkText(options.correlationId, 'correlationId') ?? currentContext()?.correlationId ?? null;
   // Only undefined and null mean "no transaction": any other value must be a transaction handle (asQueryable refuses the rest).
   const inTx = options.tx !== undefined && options.tx !== null;
-  const db: Queryable = inTx ? asQueryable(options.tx!) : driver;
+  const signal = checkSignal(options.signal, `enqueue ${def.name}`, inTx);
+  const pool = signal ? abortableDriver(driver, signal) : driver;
+  const db: Queryable = inTx ? asQueryable(options.tx!) : pool;
 
   const rows: PreparedRow[] = [];
   let payloadChars = 0; // the batch's payload text, as one JSON array (see STATEMENT_PAYLOAD_CHARS)
@@ -209,7 +219,7 @@ export async function enqueueJobs<TData, TInput>(
   // With a key window, the insert and its re-check must commit together (in the caller's transaction if any);
   // so must the statements of a batch too large for one.
   if (inTx || (oneStatement && (keyWindowMs === 0 || rows.every((r) => r.key === null)))) return write(db);
-  return driver.transaction((tx) => write(tx));
+  return pool.transaction((tx) => write(tx));
 }
 
 async function recentlyCompleted(db: Queryable, queries: JobQueries, type: string, rows: PreparedRow[], windowMs: number): Promise<Map<string, string>> {
