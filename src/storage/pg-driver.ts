@@ -7,7 +7,6 @@ const RECONNECT_DELAY_MS = 1000;
 const ignore = (): void => {};
 /** SQLSTATE of a statement cancelled by `pg_cancel_backend`. */
 const QUERY_CANCELED = '57014';
-const sqlState = (error: unknown): unknown => (typeof error === 'object' && error !== null ? (error as { code?: unknown }).code : undefined);
 
 /**
  * How often the LISTEN connection is asked a `SELECT 1`, and how long it may
@@ -193,7 +192,7 @@ export class PgDriver implements Driver {
     } catch (err) {
       // Cut short before COMMIT, or a COMMIT that the cancel made fail (57014: rolled back): the signal's reason.
       // A COMMIT that failed otherwise (its connection lost) may have committed: its own error says so.
-      if (signal?.aborted && (!committing || (cancelSent && sqlState(err) === QUERY_CANCELED))) {
+      if (signal?.aborted && (!committing || (cancelSent && (err as { code?: unknown } | null)?.code === QUERY_CANCELED))) {
         // The transaction rejects only once its cancelled statement ended on the server (or the wait ran out):
         // a stop that then resolves leaves nothing of it waiting for a lock.
         if (inFlight > 0) await within(sent.then(ignore, ignore), CANCEL_WAIT_MS, undefined);

@@ -93,9 +93,8 @@ export class StalledConnectionError extends MailroomError {
  * try { await stalls.track(client, client.query('SELECT 1')); } finally { client.release(); }
  */
 export class StalledStatements {
-  private readonly backends = new Map<pg.PoolClient, Backend>();
-  /** The 'end' listener put on each identified client, taken off at {@link stop} (a pool passed in outlives this driver). */
-  private readonly onEnd = new Map<pg.PoolClient, () => void>();
+  /** Each identified client's process, and the 'end' listener that forgets it (taken off at {@link stop}: a pool passed in outlives this driver). */
+  private readonly backends = new Map<pg.PoolClient, Backend & { forget: () => void }>();
   private readonly outstanding = new Set<Outstanding>();
   private readonly gone = new WeakSet<pg.PoolClient>();
   private readonly closedFor = new WeakMap<pg.PoolClient, string>();
@@ -170,8 +169,7 @@ export class StalledStatements {
   stop(): void {
     this.stopped = true;
     clearInterval(this.timer);
-    for (const [client, listener] of this.onEnd) client.off('end', listener);
-    this.onEnd.clear();
+    for (const [client, { forget }] of this.backends) client.off('end', forget);
   }
 
   private start(): NodeJS.Timeout {
@@ -184,14 +182,9 @@ export class StalledStatements {
     const { rows } = await client.query<Omit<Backend, 'direct'>>(BACKEND_SQL);
     const backend = rows[0]!;
     // A pooler (PgBouncer) gives its own process id in the startup reply: the server's is another.
-    this.backends.set(client, { ...backend, direct: backend.pid === (client as unknown as { processID: number | null }).processID });
-    if (this.onEnd.has(client)) return;
-    const listener = () => {
-      this.backends.delete(client);
-      this.onEnd.delete(client);
-    };
-    this.onEnd.set(client, listener);
-    client.once('end', listener);
+    const forget = () => this.backends.delete(client);
+    this.backends.set(client, { ...backend, direct: backend.pid === (client as unknown as { processID: number | null }).processID, forget });
+    client.once('end', forget);
   }
 
   private async sweep(): Promise<void> {
