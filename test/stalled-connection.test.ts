@@ -13,9 +13,9 @@ import assert from 'node:assert/strict';
 import { after, before, describe, it } from 'node:test';
 import pg from 'pg';
 import { PgDriver } from '../src/storage/pg-driver.ts';
-import { StalledConnectionError, type StallCheck } from '../src/storage/stalled-statements.ts';
+import { StalledConnectionError, StalledStatements, type StallCheck } from '../src/storage/stalled-statements.ts';
 import { openMailroom } from '../src/mailroom.ts';
-import { createMailroom, defineJob } from '../src/index.ts';
+import { createMailroom, defineJob, type Mailroom } from '../src/index.ts';
 import { databaseUrl, uniqueSchema } from './helpers/databases.ts';
 import { FaultProxy } from './reliability/fault-proxy.ts';
 
@@ -204,6 +204,102 @@ describe('pooled connections that stopped answering (PostgreSQL)', { skip: datab
       assert.equal(pool.totalCount, 1, 'the same pooled connection served every mailroom');
       assert.equal(client.listenerCount('end'), before, `'end' listeners on the pooled connection: ${client.listenerCount('end')}, ${before} before twelve mailrooms came and went`);
     } finally {
+      await pool.end();
+    }
+  });
+
+  it("twelve mailrooms open at once on one pool passed in share one 'end' listener per connection: no leak warning", { timeout: 30_000 }, async () => {
+    const pool = new pg.Pool({ connectionString: databaseUrl, max: 1 });
+    pool.on('error', () => {});
+    const warnings: string[] = [];
+    const onWarning = (warning: Error) => warnings.push(`${warning.name}: ${warning.message}`);
+    process.on('warning', onWarning);
+    const mailrooms: Mailroom[] = [];
+    try {
+      const client = await pool.connect();
+      client.release();
+      const before = client.listenerCount('end');
+      for (let i = 0; i < 12; i++) {
+        const mailroom = await createMailroom({ database: pool, schema: uniqueSchema('stallshare') });
+        mailrooms.push(mailroom);
+        await mailroom.transaction((tx) => tx.query('SELECT 1'));
+      }
+      assert.equal(pool.totalCount, 1, 'the same pooled connection served every mailroom');
+      assert.equal(client.listenerCount('end'), before + 1, `'end' listeners with twelve mailrooms open: ${client.listenerCount('end')}, ${before} before`);
+      // Each mailroom still hears of the connection's end: the next statement of any of them gets a new one.
+      await admin.query('SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE pid = $1', [(client as unknown as { processID: number }).processID]);
+      for (const deadline = Date.now() + 5_000; pool.totalCount > 0; ) {
+        assert.ok(Date.now() < deadline, 'the terminated connection did not leave the pool within 5 s');
+        await new Promise((resolve) => setTimeout(resolve, 20));
+      }
+      for (const mailroom of mailrooms) await mailroom.transaction((tx) => tx.query('SELECT 1'));
+      for (const mailroom of mailrooms.splice(0)) await mailroom.close();
+      await new Promise((resolve) => setImmediate(resolve));
+      assert.deepEqual(warnings.filter((w) => /MaxListeners/.test(w)), [], 'a listener leak warning');
+    } finally {
+      process.off('warning', onWarning);
+      for (const mailroom of mailrooms) await mailroom.close();
+      await pool.end();
+    }
+  });
+
+  it('a connection made while a look runs is not taken for gone for being absent from its answer', { timeout: 30_000 }, async () => {
+    // The look's own connection waits at a gate (the server is real), so a second connection is made while it runs.
+    let openGate = () => {};
+    const gate = new Promise<void>((resolve) => (openGate = resolve));
+    let lookWaiting = false;
+    let lookEnded = false;
+    class GatedClient extends pg.Client {
+      constructor(config?: pg.ClientConfig) {
+        super(config);
+        if (config?.application_name !== 'mailroom stall check') return;
+        // The look calls both in their promise form.
+        const connect = this.connect.bind(this) as () => Promise<pg.Client>;
+        const end = this.end.bind(this) as () => Promise<void>;
+        Object.assign(this, {
+          connect: async () => {
+            lookWaiting = true;
+            await gate;
+            return connect();
+          },
+          end: async () => {
+            lookEnded = true;
+            return end();
+          },
+        });
+      }
+    }
+    const pool = new pg.Pool({ connectionString: databaseUrl, max: 3, Client: GatedClient });
+    pool.on('error', () => {});
+    const stalls = new StalledStatements(pool, { afterMs: 100, everyMs: 20, answerMs: 10_000 });
+    const waitFor = async (what: string, done: () => boolean) => {
+      for (const deadline = Date.now() + 5_000; !done(); ) {
+        assert.ok(Date.now() < deadline, `${what} within 5 s`);
+        await new Promise((resolve) => setTimeout(resolve, 10));
+      }
+    };
+    try {
+      const first = await stalls.checkout();
+      const long = stalls.track(first, first.query('SELECT pg_sleep(1)'));
+      await waitFor('a look began', () => lookWaiting);
+      const second = await stalls.checkout();
+      const pid = stalls.serverPid(second);
+      assert.ok(pid !== undefined, 'the new connection was looked up');
+      second.release();
+      openGate();
+      await waitFor('the look ended', () => lookEnded);
+      await long;
+      first.release();
+      const again = [await stalls.checkout(), await stalls.checkout()];
+      try {
+        assert.ok(again.some((client) => stalls.serverPid(client) === pid), 'the connection made during the look was discarded as gone');
+        assert.equal(pool.totalCount, 2, 'both connections were kept');
+      } finally {
+        for (const client of again) client.release();
+      }
+    } finally {
+      openGate();
+      stalls.stop();
       await pool.end();
     }
   });

@@ -93,8 +93,8 @@ export class StalledConnectionError extends MailroomError {
  * try { await stalls.track(client, client.query('SELECT 1')); } finally { client.release(); }
  */
 export class StalledStatements {
-  /** Each identified client's process, and the 'end' listener that forgets it (taken off at {@link stop}: a pool passed in outlives this driver). */
-  private readonly backends = new Map<pg.PoolClient, Backend & { forget: () => void }>();
+  /** Each identified client's process, and how to stop hearing of its end (at {@link stop}: a pool passed in outlives this driver). */
+  private readonly backends = new Map<pg.PoolClient, Backend & { unwatch: () => void }>();
   private readonly outstanding = new Set<Outstanding>();
   private readonly gone = new WeakSet<pg.PoolClient>();
   private readonly closedFor = new WeakMap<pg.PoolClient, string>();
@@ -169,7 +169,7 @@ export class StalledStatements {
   stop(): void {
     this.stopped = true;
     clearInterval(this.timer);
-    for (const [client, { forget }] of this.backends) client.off('end', forget);
+    for (const { unwatch } of this.backends.values()) unwatch();
   }
 
   private start(): NodeJS.Timeout {
@@ -182,9 +182,8 @@ export class StalledStatements {
     const { rows } = await client.query<Omit<Backend, 'direct'>>(BACKEND_SQL);
     const backend = rows[0]!;
     // A pooler (PgBouncer) gives its own process id in the startup reply: the server's is another.
-    const forget = () => this.backends.delete(client);
-    this.backends.set(client, { ...backend, direct: backend.pid === (client as unknown as { processID: number | null }).processID, forget });
-    client.once('end', forget);
+    const unwatch = whenEnded(client, () => this.backends.delete(client));
+    this.backends.set(client, { ...backend, direct: backend.pid === (client as unknown as { processID: number | null }).processID, unwatch });
   }
 
   private async sweep(): Promise<void> {
@@ -291,4 +290,40 @@ export class StalledStatements {
     }
     return ending;
   }
+}
+
+/** Who wants to hear of each pooled client's end, and the one `'end'` listener that tells them. */
+const endWatchers = new WeakMap<pg.PoolClient, { watchers: Set<() => void>; listener: () => void }>();
+
+/**
+ * Calls `onEnd` when `client`'s connection ends; returns what stops that. Every
+ * stall check on a shared pool watches each of its clients, so they share one
+ * listener per client, taken off when the last stops watching (a listener each
+ * passed node's limit of ten once more than ten mailrooms shared a pool, and
+ * printed a leak warning).
+ *
+ * @example
+ * const unwatch = whenEnded(client, () => backends.delete(client));
+ * unwatch(); // at stop
+ */
+function whenEnded(client: pg.PoolClient, onEnd: () => void): () => void {
+  let entry = endWatchers.get(client);
+  if (entry === undefined) {
+    const watchers = new Set<() => void>();
+    const listener = () => {
+      endWatchers.delete(client);
+      for (const watcher of watchers) watcher();
+    };
+    entry = { watchers, listener };
+    endWatchers.set(client, entry);
+    client.once('end', listener);
+  }
+  const { watchers, listener } = entry;
+  watchers.add(onEnd);
+  return () => {
+    watchers.delete(onEnd);
+    if (watchers.size > 0 || endWatchers.get(client)?.listener !== listener) return;
+    endWatchers.delete(client);
+    client.off('end', listener);
+  };
 }
