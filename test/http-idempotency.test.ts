@@ -263,6 +263,46 @@ for (const db of testDatabases()) {
       }
     });
 
+    it('a client that goes away mid-request does not roll the work back: its retry gets the recorded response', async () => {
+      const t = await open();
+      let release!: () => void;
+      const released = new Promise<void>((resolve) => (release = resolve));
+      let entered!: () => void;
+      const inside = new Promise<void>((resolve) => (entered = resolve));
+      let finished!: () => void;
+      const handlerDone = new Promise<void>((resolve) => (finished = resolve));
+      const server = await serve(t, {}, async (req, res) => {
+        await idempotencyTx(req).query(`INSERT INTO orders (id) VALUES ('o-gone')`);
+        entered();
+        await released;
+        res.status(201).json({ order: 'o-gone' });
+        finished();
+      });
+      try {
+        const gone = new AbortController();
+        const first = fetch(server.url, { method: 'POST', headers: { 'content-type': 'application/json', 'idempotency-key': 'gone' }, body: JSON.stringify({ order: 'o-gone' }), signal: gone.signal });
+        await inside;
+        gone.abort();
+        await assert.rejects(first, (error: unknown) => error instanceof Error && error.name === 'AbortError');
+        release();
+        await handlerDone;
+        // The commit follows the handler's answer: ask until the key is recorded (a 409 meanwhile).
+        let retry = await post(server.url, { order: 'o-gone' }, { 'idempotency-key': 'gone' });
+        for (const deadline = Date.now() + 5_000; retry.status === 409 && Date.now() < deadline; ) {
+          await new Promise((resolve) => setTimeout(resolve, 50));
+          retry = await post(server.url, { order: 'o-gone' }, { 'idempotency-key': 'gone' });
+        }
+        assert.equal(retry.status, 201, retry.text);
+        assert.equal(retry.headers.get('idempotent-replayed'), 'true');
+        assert.deepEqual(JSON.parse(retry.text), { order: 'o-gone' });
+        assert.equal(server.runs(), 1, 'the handler ran once');
+        assert.deepEqual(await orders(t), ['o-gone']);
+      } finally {
+        release();
+        await server.close();
+      }
+    });
+
     it('bad options throw a ValidationError naming the option', async () => {
       const t = await db.open();
       const cases: [IdempotencyOptions, string][] = [
