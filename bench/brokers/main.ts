@@ -15,16 +15,19 @@
  * 3. lag: events published at a fixed rate for a few seconds (default 500/s and 1,000/s; 'half'
  *    is half the relay's own rate) by producers with a mailroom (and pool) of their own, in at most
  *    PRODUCER_TX_PER_SECOND transactions a second (one event each up to that rate, then several),
- *    relayed (default batch size) and consumed from the broker by a consumer group; the time from
- *    each publish's commit to its handler's start, p50 / p99. Everything (producers, relay, broker,
- *    consumer, PostgreSQL) shares the machine. The first --lag-warmup seconds (default 2) run at
+ *    relayed (default batch size) and read from the broker; the time from each publish's commit to
+ *    its reading, p50 / p99. Each rate is measured with each of --lag-readers (default both):
+ *    `group`, a consumer group (the message stored as a job, its handler's start: what a mailroom
+ *    application sees), and `broker`, the group's source with no database behind it (the message's
+ *    arrival: what another service reading the broker sees, the relay's own share of the lag).
+ *    Everything (producers, relay, broker, reader, PostgreSQL) shares the machine. The first --lag-warmup seconds (default 2) run at
  *    the same rate and are not in the percentiles: a fresh process opens its connections,
  *    prepares its statements and compiles its hot code then (their p99 is reported apart).
  *
  * --autovacuum turns the server's autovacuum on for the run when it is off (PostgreSQL's default):
  * without it a fresh database is never analyzed, and plans made while its tables were empty stay.
  *
- *   npm run bench:brokers -- [--messages 100000] [--rounds 3] [--lag-seconds 5] [--lag-warmup 2] [--lag-rates 500,1000] [--only rabbitmq,nats,redis] [--json FILE] [--autovacuum]
+ *   npm run bench:brokers -- [--messages 100000] [--rounds 3] [--lag-seconds 5] [--lag-warmup 2] [--lag-rates 500,1000] [--lag-readers group,broker] [--only rabbitmq,nats,redis] [--json FILE] [--autovacuum]
  */
 import { writeFile } from 'node:fs/promises';
 import { createMailroom, type Mailroom } from '../../dist/index.js';
@@ -40,6 +43,8 @@ interface Config {
   lagWarmupSeconds: number;
   /** Rates for the lag runs; 'half' is half the relay's measured rate. */
   lagRates: (number | 'half')[];
+  /** Who reads the relayed events in the lag runs (each rate is run with each). */
+  lagReaders: LagReader[];
   only: Kind[];
   /** Relay runs, each between two ceiling runs; the one with the median share is reported. */
   rounds: number;
@@ -50,7 +55,15 @@ interface Config {
   urls: Record<Kind, string>;
 }
 
+/**
+ * `group`: a consumer group, to its handler's start (stored as a job first). `broker`: the group's
+ * source alone, no database, to the message's arrival (another service reading the broker).
+ */
+type LagReader = 'group' | 'broker';
+const LAG_READERS: readonly LagReader[] = ['group', 'broker'];
+
 interface LagResult {
+  reader: LagReader;
   ratePerSecond: number;
   events: number;
   p50Ms: number;
@@ -92,6 +105,7 @@ function parseArgs(argv: string[]): Config {
     lagSeconds: 5,
     lagWarmupSeconds: 2,
     lagRates: [500, 1000],
+    lagReaders: [...LAG_READERS],
     only: ['rabbitmq', 'nats', 'redis'],
     rounds: 3,
     json: null,
@@ -110,12 +124,13 @@ function parseArgs(argv: string[]): Config {
     else if (flag === '--lag-seconds') c.lagSeconds = Number(value());
     else if (flag === '--lag-warmup') c.lagWarmupSeconds = Number(value());
     else if (flag === '--lag-rates') c.lagRates = value().split(',').map((r) => (r === 'half' ? 'half' : Number(r)));
+    else if (flag === '--lag-readers') c.lagReaders = value().split(',') as LagReader[];
     else if (flag === '--only') c.only = value().split(',') as Kind[];
     else if (flag === '--rounds') c.rounds = Number(value());
     else if (flag === '--json') c.json = value();
     else if (flag === '--autovacuum') c.autovacuum = true;
     else if (flag === '--help') {
-      console.log('npm run bench:brokers -- [--messages N] [--rounds 3] [--lag-seconds S] [--lag-warmup S] [--lag-rates 500,1000] [--only rabbitmq,nats,redis] [--json FILE] [--autovacuum]');
+      console.log('npm run bench:brokers -- [--messages N] [--rounds 3] [--lag-seconds S] [--lag-warmup S] [--lag-rates 500,1000] [--lag-readers group,broker] [--only rabbitmq,nats,redis] [--json FILE] [--autovacuum]');
       process.exit(0);
     } else throw new Error(`unknown flag ${flag}; see --help`);
   }
@@ -123,6 +138,7 @@ function parseArgs(argv: string[]): Config {
   if (!Number.isInteger(c.rounds) || c.rounds < 1) throw new Error('--rounds must be an integer of at least 1');
   if (!(c.lagSeconds > 0)) throw new Error('--lag-seconds must be a positive number');
   if (!(c.lagWarmupSeconds >= 0)) throw new Error('--lag-warmup must be a number of seconds, 0 or more');
+  for (const r of c.lagReaders) if (!LAG_READERS.includes(r)) throw new Error(`--lag-readers: ${r} is not one of ${LAG_READERS.join(', ')}`);
   for (const r of c.lagRates) if (r !== 'half' && !(Number.isInteger(r) && r > 0)) throw new Error(`--lag-rates: ${r} is not a positive integer or 'half'`);
   for (const k of c.only) if (!['rabbitmq', 'nats', 'redis'].includes(k)) throw new Error(`--only: unknown broker ${k}`);
   return c;
@@ -188,11 +204,57 @@ async function relayThroughput(setup: BrokerSetup, serverUrl: string, name: stri
  */
 const PRODUCER_TX_PER_SECOND = 200;
 
+/** What reads the relayed events in a lag run; `arrived` is called once per event, with its id. */
+interface LagReading {
+  start(): Promise<void>;
+  stop(): Promise<void>;
+}
+
+/** A consumer group reading the broker: an event arrives when its handler starts. */
+function groupReading(mailroom: Mailroom, setup: BrokerSetup, name: string, arrived: (id: string) => void): LagReading {
+  const consumer = mailroom.consumer({
+    group: 'bench',
+    source: setup.source(name),
+    concurrency: 50,
+    prefetch: 200,
+    pollInterval: 200,
+    handlers: { [noted.type]: async (event) => arrived(event.id) },
+  });
+  consumer.on('warning', () => {});
+  consumer.on('error', (e) => process.stderr.write(`  consumer error: ${e instanceof Error ? e.message : String(e)}\n`));
+  return { start: () => consumer.start(), stop: () => consumer.stop() };
+}
+
 /**
- * Events published at `rate` by separate producers, relayed and consumed from the broker:
- * commit-to-handler lag of the events published after the warm-up, and of those published during it.
+ * The group's source alone, with no database: an event arrives when the broker delivers it (its
+ * structured body read for the id), and is acknowledged at once. What a service of another kind
+ * reading the broker sees.
  */
-async function endToEndLag(setup: BrokerSetup, serverUrl: string, name: string, rate: number, seconds: number, warmupSeconds: number): Promise<{ lags: number[]; warmup: number[] }> {
+function brokerReading(setup: BrokerSetup, name: string, arrived: (id: string) => void): LagReading {
+  const source = setup.source(name);
+  const decoder = new TextDecoder();
+  const context = {
+    group: 'bench',
+    handlerTimeoutMs: null,
+    report: (e: unknown) => process.stderr.write(`  source error: ${e instanceof Error ? e.message : String(e)}\n`),
+    warn: () => {},
+  };
+  return {
+    start: () =>
+      source.start((message) => {
+        const body = typeof message.body === 'string' ? message.body : decoder.decode(message.body);
+        arrived((JSON.parse(body) as { id: string }).id);
+        void message.ack();
+      }, context),
+    stop: () => source.stop(),
+  };
+}
+
+/**
+ * Events published at `rate` by separate producers, relayed and read from the broker by `reader`:
+ * commit-to-reading lag of the events published after the warm-up, and of those published during it.
+ */
+async function endToEndLag(setup: BrokerSetup, serverUrl: string, name: string, reader: LagReader, rate: number, seconds: number, warmupSeconds: number): Promise<{ lags: number[]; warmup: number[] }> {
   return withMailroom(serverUrl, name, async (mailroom, url) => {
     // The producers are another application: their own mailroom and pool, so the relay's and the
     // consumer's statements do not queue behind publishes in one pool.
@@ -207,25 +269,15 @@ async function endToEndLag(setup: BrokerSetup, serverUrl: string, name: string, 
     let handled = 0;
     let resolveAll: () => void = () => {};
     const all = new Promise<void>((r) => (resolveAll = r));
-    const consumer = mailroom.consumer({
-      group: 'bench',
-      source: setup.source(name),
-      concurrency: 50,
-      prefetch: 200,
-      pollInterval: 200,
-      handlers: {
-        [noted.type]: async (event) => {
-          const at = now();
-          const committed = committedAt.get(event.id);
-          if (committed !== undefined) (warmupIds.has(event.id) ? warmup : lags).push(at - committed);
-          if (++handled >= total) resolveAll();
-        },
-      },
-    });
-    consumer.on('warning', () => {});
+    const arrived = (id: string): void => {
+      const at = now();
+      const committed = committedAt.get(id);
+      if (committed !== undefined) (warmupIds.has(id) ? warmup : lags).push(at - committed);
+      if (++handled >= total) resolveAll();
+    };
+    const reading = reader === 'group' ? groupReading(mailroom, setup, name, arrived) : brokerReading(setup, name, arrived);
     await setup.prepare(name);
-    consumer.on('error', (e) => process.stderr.write(`  consumer error: ${e instanceof Error ? e.message : String(e)}\n`));
-    await consumer.start();
+    await reading.start();
     const relay = mailroom.relay({ to: [setup.target(name)], internal: false, pollInterval: 50 });
     relay.on('warning', () => {});
     relay.on('held-back', () => {}); // the publishers' own transactions, for a moment
@@ -234,7 +286,7 @@ async function endToEndLag(setup: BrokerSetup, serverUrl: string, name: string, 
       ? setInterval(() => {
           void mailroom.stats().then((st) => {
             const r = Object.values(st.relay)[0];
-            process.stderr.write(`    [monitor] relay unpublished ${r?.unpublished} held ${r?.heldBackBy ? 'yes' : 'no'}, group unfinished ${st.consumers.bench?.unfinished}, handled ${handled}\n`);
+            process.stderr.write(`    [monitor] relay unpublished ${r?.unpublished} held ${r?.heldBackBy ? 'yes' : 'no'}, group unfinished ${st.consumers.bench?.unfinished}, read ${handled}\n`);
           });
         }, 1000)
       : undefined;
@@ -263,7 +315,7 @@ async function endToEndLag(setup: BrokerSetup, serverUrl: string, name: string, 
     await producers.close();
     await atMost(all, 60_000); // a minute at most for the last events to arrive
     clearInterval(monitor);
-    await consumer.stop();
+    await reading.stop();
     await relay.stop();
     await setup.cleanup(name).catch(() => {});
     return { lags, warmup };
@@ -306,10 +358,10 @@ async function measure(config: Config): Promise<void> {
     child.disconnect();
   }
   console.log(`\nThe relay's figures are those of the round with the median share (of ${config.rounds}); a share is the relay against the higher ceiling beside it.`);
-  console.log('\n| broker | ceiling (msg/s) | relay (events/s) | relay / ceiling | every round\'s share | after its first batch | lag: rate (/s), p50 / p99 (ms) |');
+  console.log('\n| broker | ceiling (msg/s) | relay (events/s) | relay / ceiling | every round\'s share | after its first batch | lag: reader, rate (/s), p50 / p99 (ms) |');
   console.log('|---|---:|---:|---:|---|---:|---|');
   for (const r of results) {
-    const lag = r.lag.map((l) => `${l.ratePerSecond}/s: ${l.p50Ms} / ${l.p99Ms}`).join('; ');
+    const lag = r.lag.map((l) => `${l.reader} ${l.ratePerSecond}/s: ${l.p50Ms} / ${l.p99Ms}`).join('; ');
     const steady = `${r.relayAfterFirstBatchPerSecond} (${(r.relayAfterFirstBatchOfCeiling * 100).toFixed(0)} %)`;
     const shares = r.rounds.map((round) => `${(round.relayOfCeiling * 100).toFixed(0)} %`).join(', ');
     console.log(`| ${r.kind} | ${r.ceilingPerSecond} | ${r.relayPerSecond} | ${(r.relayOfCeiling * 100).toFixed(0)} % | ${shares} | ${steady} | ${lag} |`);
@@ -350,18 +402,21 @@ async function measureBroker({ config, kind, run }: BrokerTask): Promise<BrokerR
   const lag: LagResult[] = [];
   for (const r of config.lagRates) {
     const rate = r === 'half' ? Math.round(relay / 2) : r;
-    const { lags, warmup } = await endToEndLag(setup, config.serverUrl, `${run}_${kind}_lag${lag.length}`, rate, config.lagSeconds, config.lagWarmupSeconds);
-    const entry: LagResult = {
-      ratePerSecond: rate,
-      events: lags.length,
-      p50Ms: Math.round(percentile(lags, 50) * 10) / 10,
-      p99Ms: Math.round(percentile(lags, 99) * 10) / 10,
-      maxMs: Math.round(lags.reduce((a, b) => Math.max(a, b), 0) * 10) / 10, // spread overflows the stack past ~100k lags
-      warmupEvents: warmup.length,
-      warmupP99Ms: warmup.length === 0 ? 0 : Math.round(percentile(warmup, 99) * 10) / 10,
-    };
-    process.stderr.write(`  lag at ${rate}/s: p50 ${entry.p50Ms} ms, p99 ${entry.p99Ms} ms, max ${entry.maxMs} ms (${lags.length} events; warm-up ${warmup.length} events, p99 ${entry.warmupP99Ms} ms)\n`);
-    lag.push(entry);
+    for (const reader of config.lagReaders) {
+      const { lags, warmup } = await endToEndLag(setup, config.serverUrl, `${run}_${kind}_lag${lag.length}`, reader, rate, config.lagSeconds, config.lagWarmupSeconds);
+      const entry: LagResult = {
+        reader,
+        ratePerSecond: rate,
+        events: lags.length,
+        p50Ms: Math.round(percentile(lags, 50) * 10) / 10,
+        p99Ms: Math.round(percentile(lags, 99) * 10) / 10,
+        maxMs: Math.round(lags.reduce((a, b) => Math.max(a, b), 0) * 10) / 10, // spread overflows the stack past ~100k lags
+        warmupEvents: warmup.length,
+        warmupP99Ms: warmup.length === 0 ? 0 : Math.round(percentile(warmup, 99) * 10) / 10,
+      };
+      process.stderr.write(`  lag at ${rate}/s, read by the ${reader === 'group' ? 'group' : 'source alone'}: p50 ${entry.p50Ms} ms, p99 ${entry.p99Ms} ms, max ${entry.maxMs} ms (${lags.length} events; warm-up ${warmup.length} events, p99 ${entry.warmupP99Ms} ms)\n`);
+      lag.push(entry);
+    }
   }
   const result: BrokerResult = {
     kind,
