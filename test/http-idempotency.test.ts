@@ -33,6 +33,27 @@ const placeOrder: Behaviour = async (req, res) => {
   res.status(201).json({ order: body.order, at: Date.now() });
 };
 
+/**
+ * A handler that inserts `order` through the request's transaction, then holds until `release()`
+ * before answering 201: `inside` resolves once it holds, `answered` once it answered.
+ */
+function heldOrder(order: string) {
+  let release!: () => void;
+  const released = new Promise<void>((resolve) => (release = resolve));
+  let entered!: () => void;
+  const inside = new Promise<void>((resolve) => (entered = resolve));
+  let finished!: () => void;
+  const answered = new Promise<void>((resolve) => (finished = resolve));
+  const behaviour: Behaviour = async (req, res) => {
+    await idempotencyTx(req).query(`INSERT INTO orders (id) VALUES ($1)`, [order]);
+    entered();
+    await released;
+    res.status(201).json({ order });
+    finished();
+  };
+  return { behaviour, release, inside, answered };
+}
+
 const mailrooms = new WeakMap<Request, Mailroom>();
 const mailroomOf = (req: Request): Mailroom => mailrooms.get(req)!;
 
@@ -265,19 +286,8 @@ for (const db of testDatabases()) {
 
     it('a client that goes away mid-request does not roll the work back: its retry gets the recorded response', async () => {
       const t = await open();
-      let release!: () => void;
-      const released = new Promise<void>((resolve) => (release = resolve));
-      let entered!: () => void;
-      const inside = new Promise<void>((resolve) => (entered = resolve));
-      let finished!: () => void;
-      const handlerDone = new Promise<void>((resolve) => (finished = resolve));
-      const server = await serve(t, {}, async (req, res) => {
-        await idempotencyTx(req).query(`INSERT INTO orders (id) VALUES ('o-gone')`);
-        entered();
-        await released;
-        res.status(201).json({ order: 'o-gone' });
-        finished();
-      });
+      const { behaviour, release, inside, answered } = heldOrder('o-gone');
+      const server = await serve(t, {}, behaviour);
       try {
         const gone = new AbortController();
         const first = fetch(server.url, { method: 'POST', headers: { 'content-type': 'application/json', 'idempotency-key': 'gone' }, body: JSON.stringify({ order: 'o-gone' }), signal: gone.signal });
@@ -285,7 +295,7 @@ for (const db of testDatabases()) {
         gone.abort();
         await assert.rejects(first, (error: unknown) => error instanceof Error && error.name === 'AbortError');
         release();
-        await handlerDone;
+        await answered;
         // The commit follows the handler's answer: ask until the key is recorded (a 409 meanwhile).
         let retry = await post(server.url, { order: 'o-gone' }, { 'idempotency-key': 'gone' });
         for (const deadline = Date.now() + 5_000; retry.status === 409 && Date.now() < deadline; ) {
@@ -326,16 +336,8 @@ for (const db of testDatabases()) {
     if (db.name === 'postgres') {
       it('the same key while its first request runs: 409 with Retry-After, and the first one\'s response once it is done', async () => {
         const t = await open();
-        let release!: () => void;
-        const released = new Promise<void>((resolve) => (release = resolve));
-        let entered!: () => void;
-        const inside = new Promise<void>((resolve) => (entered = resolve));
-        const server = await serve(t, {}, async (req, res) => {
-          await idempotencyTx(req).query(`INSERT INTO orders (id) VALUES ('o-1')`);
-          entered();
-          await released;
-          res.status(201).json({ order: 'o-1' });
-        });
+        const { behaviour, release, inside } = heldOrder('o-1');
+        const server = await serve(t, {}, behaviour);
         try {
           const first = post(server.url, { order: 'o-1' }, { 'idempotency-key': 'busy' });
           await inside;

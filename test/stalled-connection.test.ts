@@ -42,6 +42,14 @@ async function waitsUntilTheConnectionEnds(statement: Promise<unknown>, during: 
   assert.ok(ended instanceof Error && !(ended instanceof StalledConnectionError), `it failed with the connection's own end, not given up on: ${String(ended)}`);
 }
 
+/** Waits until `done()`, failing naming `what` after 5 s. */
+async function waitFor(what: string, done: () => boolean): Promise<void> {
+  for (const deadline = Date.now() + 5_000; !done(); ) {
+    assert.ok(Date.now() < deadline, `${what} within 5 s`);
+    await new Promise((resolve) => setTimeout(resolve, 10));
+  }
+}
+
 /** A fault proxy of its own in front of the test server, and the server's URL through it. */
 async function proxied(): Promise<{ proxy: FaultProxy; url: string }> {
   const server = new URL(databaseUrl!);
@@ -228,10 +236,7 @@ describe('pooled connections that stopped answering (PostgreSQL)', { skip: datab
       assert.equal(client.listenerCount('end'), before + 1, `'end' listeners with twelve mailrooms open: ${client.listenerCount('end')}, ${before} before`);
       // Each mailroom still hears of the connection's end: the next statement of any of them gets a new one.
       await admin.query('SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE pid = $1', [(client as unknown as { processID: number }).processID]);
-      for (const deadline = Date.now() + 5_000; pool.totalCount > 0; ) {
-        assert.ok(Date.now() < deadline, 'the terminated connection did not leave the pool within 5 s');
-        await new Promise((resolve) => setTimeout(resolve, 20));
-      }
+      await waitFor('the terminated connection left the pool', () => pool.totalCount === 0);
       for (const mailroom of mailrooms) await mailroom.transaction((tx) => tx.query('SELECT 1'));
       for (const mailroom of mailrooms.splice(0)) await mailroom.close();
       await new Promise((resolve) => setImmediate(resolve));
@@ -272,12 +277,6 @@ describe('pooled connections that stopped answering (PostgreSQL)', { skip: datab
     const pool = new pg.Pool({ connectionString: databaseUrl, max: 3, Client: GatedClient });
     pool.on('error', () => {});
     const stalls = new StalledStatements(pool, { afterMs: 100, everyMs: 20, answerMs: 10_000 });
-    const waitFor = async (what: string, done: () => boolean) => {
-      for (const deadline = Date.now() + 5_000; !done(); ) {
-        assert.ok(Date.now() < deadline, `${what} within 5 s`);
-        await new Promise((resolve) => setTimeout(resolve, 10));
-      }
-    };
     try {
       const first = await stalls.checkout();
       const long = stalls.track(first, first.query('SELECT pg_sleep(1)'));
