@@ -239,6 +239,9 @@ describe('pooled connections that stopped answering (PostgreSQL)', { skip: datab
       await waitFor('the terminated connection left the pool', () => pool.totalCount === 0);
       for (const mailroom of mailrooms) await mailroom.transaction((tx) => tx.query('SELECT 1'));
       for (const mailroom of mailrooms.splice(0)) await mailroom.close();
+      const next = await pool.connect();
+      next.release();
+      assert.equal(next.listenerCount('end'), before, `'end' listeners on the new connection once the twelve closed: ${next.listenerCount('end')}, ${before} on the first before any`);
       await new Promise((resolve) => setImmediate(resolve));
       assert.deepEqual(warnings.filter((w) => /MaxListeners/.test(w)), [], 'a listener leak warning');
     } finally {
