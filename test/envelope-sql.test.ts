@@ -7,7 +7,7 @@ import { describe, it } from 'node:test';
 import assert from 'node:assert/strict';
 import fc from 'fast-check';
 import { defineEvent, toEnvelope, toWireMessage } from '../src/index.ts';
-import { storedEventColumns, storedEventRow, type StoredEventColumns } from '../src/events/envelope-sql.ts';
+import { packedEventColumns, storedEventColumns, storedEventRow, unpackEventColumns, type PackedEventColumns, type StoredEventColumns } from '../src/events/envelope-sql.ts';
 import type { OutboxRow } from '../src/events/envelope.ts';
 import { wireMessageOf, wireTextOf } from '../src/brokers/wire.ts';
 import { StoredEvent, storedRowOf, type StoredEventRow } from '../src/relay/stored-event.ts';
@@ -31,9 +31,21 @@ const options = fc.record(
   { requiredKeys: [] },
 );
 
-/** Each event of the outbox, as the relay reads it and as `toEnvelope` reads it. */
+/**
+ * Each event of the outbox, as the relay reads it and as `toEnvelope` reads it. The relay's packed
+ * read, taken apart, must give the same columns and the key's previous row.
+ */
 async function readBoth(t: TestMailroom): Promise<{ stored: StoredEventRow; row: OutboxRow }[]> {
   const columns = await t.sql<StoredEventColumns>(`SELECT ${storedEventColumns('o')} FROM "${t.schema}".outbox AS o ORDER BY o.position`);
+  const packed = await t.sql<PackedEventColumns & { prev_position: string | null; prev_xid: string | null }>(
+    `SELECT ${packedEventColumns('o')}, o.prev_position::text AS prev_position, o.prev_xid::text AS prev_xid FROM "${t.schema}".outbox AS o ORDER BY o.position`,
+  );
+  assert.equal(packed.length, columns.length);
+  packed.forEach(({ prev_position, prev_xid, ...p }, i) => {
+    const unpacked = unpackEventColumns(p);
+    assert.deepEqual(unpacked.columns, columns[i], `the packed read of event ${i}: ${JSON.stringify(p.packed)}`);
+    assert.deepEqual([unpacked.prevPosition, unpacked.prevXid], [prev_position, prev_xid], `its key's previous row: ${JSON.stringify(p.packed)}`);
+  });
   const stored = columns.map(storedEventRow);
   const rows = await t.sql<OutboxRow>(
     `SELECT position::text AS position, xid::text AS xid, id, type, version, source, subject, time, correlation_id, causation_id, traceparent, headers, data
@@ -79,6 +91,9 @@ for (const db of testDatabases()) {
       const t = await db.open();
       await t.mailroom.publish(noted, { big: 1, text: 'a"b\\c\n\u001f' }, { key: 'k' });
       await t.mailroom.publish(noted, [1.5, -0, 1e300, 'é😀'], {});
+      await t.mailroom.publish(noted, { again: true }, { key: 'k' }); // names the first as its key's previous row
+      const [{ named }] = (await t.sql<{ named: number }>(`SELECT count(*)::int AS named FROM "${t.schema}".outbox WHERE prev_position IS NOT NULL AND prev_xid IS NOT NULL`)) as [{ named: number }];
+      assert.ok(named >= 1, 'an event names its key\'s previous row');
       // Headers as an older build (or a hand-written row) could have left them, and a time with microseconds.
       await t.sql(`UPDATE "${t.schema}".outbox SET headers = '{"id":"not-the-id","source":"x","data":"y","zeta":"z","a1":"b"}', time = '2026-01-02 03:04:05.999999+00'`);
       for (const { stored, row } of await readBoth(t)) {

@@ -1,7 +1,7 @@
 import type { Transaction } from '../storage/driver.ts';
 import type { RelayQueries } from './relay-queries.ts';
 import type { StoredEventRow } from './stored-event.ts';
-import { storedEventRow, type StoredEventColumns } from '../events/envelope-sql.ts';
+import { storedEventRow, unpackEventColumns, type PackedEventColumns, type StoredEventColumns } from '../events/envelope-sql.ts';
 
 /** Runs mailroom's named statements: the driver, or a transaction of it. */
 export type Runner = Pick<Transaction, 'run'>;
@@ -12,14 +12,8 @@ export interface OutboxPoint {
   position: bigint;
 }
 
-/** A row as the relay reads it, with its key's previous row when the publish recorded it. */
-interface CandidateRow extends StoredEventColumns {
-  prev_position: string | null;
-  prev_xid: string | null;
-}
-
 /** What the candidates statement returns: the fence on every row, and with no row past the cursor one row of nulls. */
-type CandidatesRow = { fence: string } & (CandidateRow | { [column in keyof CandidateRow]: null });
+type CandidatesRow = { fence: string } & (PackedEventColumns | { [column in keyof PackedEventColumns]: null });
 
 interface Candidate extends OutboxPoint {
   row: StoredEventColumns;
@@ -57,9 +51,10 @@ export function comparePoints(a: OutboxPoint, b: OutboxPoint): number {
 
 const point = (row: { xid: string; position: string }): OutboxPoint => ({ xid: BigInt(row.xid), position: BigInt(row.position) });
 
-/** The row itself is kept as read; the envelope's text is built only for the rows a batch keeps. */
-function candidate(row: CandidateRow): Candidate {
-  const prev = row.prev_position === null || row.prev_xid === null ? null : { xid: BigInt(row.prev_xid), position: BigInt(row.prev_position) };
+/** The row's columns are kept as read; the envelope's text is built only for the rows a batch keeps. */
+function candidate(packed: PackedEventColumns): Candidate {
+  const { columns: row, prevPosition, prevXid } = unpackEventColumns(packed);
+  const prev = prevPosition === null || prevXid === null ? null : { xid: BigInt(prevXid), position: BigInt(prevPosition) };
   return { xid: BigInt(row.xid), position: BigInt(row.position), row, prev };
 }
 
@@ -108,7 +103,7 @@ export async function planBatch(db: Runner, queries: RelayQueries, cursor: Outbo
   for (;;) {
     const { rows } = await db.run<CandidatesRow>(queries.candidates, [String(from.xid), String(from.position), fence < 0n ? null : String(fence), batchSize]);
     fence = BigInt(rows[0]!.fence);
-    const chunk = inReadOrder(rows.flatMap((row) => (row.position === null ? [] : [candidate(row as CandidateRow)])));
+    const chunk = inReadOrder(rows.flatMap((row) => (row.packed === null ? [] : [candidate(row as PackedEventColumns)])));
     if (chunk.length < batchSize) exhausted = true;
     for (const c of chunk) if (c.row.subject !== null && (top.get(c.row.subject) ?? -1n) < c.position) top.set(c.row.subject, c.position);
     const walkKeys = new Map<string, bigint>();

@@ -1,5 +1,5 @@
 import type { NamedQuery } from '../storage/driver.ts';
-import { storedEventColumns } from '../events/envelope-sql.ts';
+import { packedEventColumns } from '../events/envelope-sql.ts';
 import { namedQueries } from '../storage/named.ts';
 
 /**
@@ -78,7 +78,7 @@ export function relayQueries(quotedSchema: string): RelayQueries {
       `SELECT f.fence::text AS fence, c.*
          FROM (SELECT COALESCE($3::xid8, pg_snapshot_xmin(pg_current_snapshot())) AS fence) AS f
          LEFT JOIN LATERAL (
-           SELECT ${storedEventColumns('o')}, o.prev_position::text AS prev_position, o.prev_xid::text AS prev_xid
+           SELECT ${packedEventColumns('o')}
              FROM ${s}.outbox AS o
             WHERE (o.xid, o.position) > ($1::xid8, $2::bigint) AND o.xid < f.fence
             ORDER BY o.xid, o.position LIMIT $4) AS c ON true`,
