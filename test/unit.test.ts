@@ -755,11 +755,12 @@ describe('Completer', () => {
 });
 
 describe('planBatch', () => {
-  // A stand-in for the candidates statement: keyless rows, returned in the order given.
+  // A stand-in for the candidates statement: keyless rows, returned in the order given, their digit,
+  // uuid and timestamp columns packed as packedEventColumns packs them (no previous row of a key).
   const queries = relayQueries('"s"');
   const row = (xid: number, position: number) => ({
-    fence: '100', position: String(position), xid: String(xid), id: newId(), type: 't.e', subject: null, correlation_id: null, causation_id: null,
-    traceparent: null, time: '2026-01-01T00:00:00.000Z', body: '{}', prev_position: null, prev_xid: null,
+    fence: '100', packed: [position, xid, newId(), '2026-01-01T00:00:00.000Z', 1, '', ''].join('\x1f'), type: 't.e', subject: null,
+    correlation_id: null, causation_id: null, traceparent: null, source: 'mailroom://test', extensions: null, data: '{}',
   });
   const runner = (rows: ReturnType<typeof row>[]) => ({
     run: async <R>(query: NamedQuery) => {
