@@ -42,6 +42,25 @@ async function waitsUntilTheConnectionEnds(statement: Promise<unknown>, during: 
   assert.ok(ended instanceof Error && !(ended instanceof StalledConnectionError), `it failed with the connection's own end, not given up on: ${String(ended)}`);
 }
 
+/** The pool's one connection, made and handed back, and its `'end'` listeners before any mailroom used it. */
+async function firstConnection(pool: pg.Pool): Promise<{ client: pg.PoolClient; before: number }> {
+  const client = await pool.connect();
+  client.release();
+  return { client, before: client.listenerCount('end') };
+}
+
+/** A mailroom on `pool` that has run a transaction (so its stall check looked the connection up). */
+async function mailroomThatRan(pool: pg.Pool, prefix: string): Promise<Mailroom> {
+  const mailroom = await createMailroom({ database: pool, schema: uniqueSchema(prefix) });
+  try {
+    await mailroom.transaction((tx) => tx.query('SELECT 1'));
+  } catch (error) {
+    await mailroom.close();
+    throw error;
+  }
+  return mailroom;
+}
+
 /** Waits until `done()`, failing naming `what` after 5 s. */
 async function waitFor(what: string, done: () => boolean): Promise<void> {
   for (const deadline = Date.now() + 5_000; !done(); ) {
@@ -201,14 +220,8 @@ describe('pooled connections that stopped answering (PostgreSQL)', { skip: datab
     const pool = new pg.Pool({ connectionString: databaseUrl, max: 2 });
     pool.on('error', () => {});
     try {
-      const client = await pool.connect();
-      client.release();
-      const before = client.listenerCount('end');
-      for (let i = 0; i < 12; i++) {
-        const mailroom = await createMailroom({ database: pool, schema: uniqueSchema('stallend') });
-        await mailroom.transaction((tx) => tx.query('SELECT 1'));
-        await mailroom.close();
-      }
+      const { client, before } = await firstConnection(pool);
+      for (let i = 0; i < 12; i++) await (await mailroomThatRan(pool, 'stallend')).close();
       assert.equal(pool.totalCount, 1, 'the same pooled connection served every mailroom');
       assert.equal(client.listenerCount('end'), before, `'end' listeners on the pooled connection: ${client.listenerCount('end')}, ${before} before twelve mailrooms came and went`);
     } finally {
@@ -224,14 +237,8 @@ describe('pooled connections that stopped answering (PostgreSQL)', { skip: datab
     process.on('warning', onWarning);
     const mailrooms: Mailroom[] = [];
     try {
-      const client = await pool.connect();
-      client.release();
-      const before = client.listenerCount('end');
-      for (let i = 0; i < 12; i++) {
-        const mailroom = await createMailroom({ database: pool, schema: uniqueSchema('stallshare') });
-        mailrooms.push(mailroom);
-        await mailroom.transaction((tx) => tx.query('SELECT 1'));
-      }
+      const { client, before } = await firstConnection(pool);
+      for (let i = 0; i < 12; i++) mailrooms.push(await mailroomThatRan(pool, 'stallshare'));
       assert.equal(pool.totalCount, 1, 'the same pooled connection served every mailroom');
       assert.equal(client.listenerCount('end'), before + 1, `'end' listeners with twelve mailrooms open: ${client.listenerCount('end')}, ${before} before`);
       // Each mailroom still hears of the connection's end: the next statement of any of them gets a new one.

@@ -1,4 +1,4 @@
-import { storedEventColumns } from '../events/envelope-sql.ts';
+import { packedEventColumns } from '../events/envelope-sql.ts';
 import type { NamedQuery } from '../storage/driver.ts';
 import { CANCEL_SET } from '../jobs/admin-queries.ts';
 import { WAITING_BLOCKED, WAITING_UNBLOCKED } from '../jobs/queries.ts';
@@ -53,7 +53,7 @@ export function consumerQueries(quotedSchema: string): ConsumerQueries {
     // target already delivered, in position order, as stored events (a new group's backfill).
     deliveredOfTypes: q(
       'consumer_delivered_of_types',
-      `SELECT ${storedEventColumns('o')}
+      `SELECT ${packedEventColumns('o')}
          FROM ${s}.outbox AS o
         WHERE o.type = ANY($1::text[]) AND (o.xid, o.position) <= ($2::xid8, $3::bigint) AND o.position > $4::bigint
         ORDER BY o.position LIMIT $5`,

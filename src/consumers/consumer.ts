@@ -15,7 +15,7 @@ import { inBatches } from '../storage/batches.ts';
 import type { FanOutQueries } from '../relay/fanout-queries.ts';
 import { fanOut, INTERNAL_TARGET } from '../relay/internal-target.ts';
 import { StoredEvent } from '../relay/stored-event.ts';
-import { storedEventRow, type StoredEventColumns } from '../events/envelope-sql.ts';
+import { storedEventRow, unpackEventColumns, type PackedEventColumns } from '../events/envelope-sql.ts';
 import type { Job, JobContext, JobHandler } from '../worker/types.ts';
 import type { Worker, WorkerEvents, WorkerOptions } from '../worker/worker.ts';
 import type { SafetyWarning } from '../brokers/safety.ts';
@@ -256,11 +256,11 @@ export class Consumer extends SafeEmitter<ConsumerEvents> {
   private async backfill(tx: Transaction, cursorXid: string, cursorPosition: string): Promise<void> {
     let after = '0';
     for (;;) {
-      const { rows } = await tx.query<StoredEventColumns>(this.deps.queries.deliveredOfTypes.text, [this.resolved.types, cursorXid, cursorPosition, after, BACKFILL_BATCH]);
-      const events = rows.map((row) => new StoredEvent(storedEventRow(row)));
+      const { rows } = await tx.query<PackedEventColumns>(this.deps.queries.deliveredOfTypes.text, [this.resolved.types, cursorXid, cursorPosition, after, BACKFILL_BATCH]);
+      const events = rows.map((row) => new StoredEvent(storedEventRow(unpackEventColumns(row).columns)));
       await fanOut(tx, this.deps.fanOut, events, this.group);
       if (rows.length < BACKFILL_BATCH) return;
-      after = rows.at(-1)!.position;
+      after = events.at(-1)!.position;
     }
   }
 

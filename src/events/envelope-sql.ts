@@ -25,7 +25,7 @@ const timeSql = (o: string) => `to_char(${o}.time AT TIME ZONE 'UTC', 'YYYY-MM-D
 const extensionsSql = (o: string) =>
   `CASE WHEN ${o}.headers IS NOT NULL THEN (SELECT string_agg(',' || to_json(h.key) || ':' || to_json(h.value), '') FROM jsonb_each_text(${o}.headers) AS h WHERE h.key <> ALL (${RESERVED_SQL})) END`;
 
-/** The columns of {@link storedEventColumns}: a stored event's attributes, and the parts of its envelope's text. */
+/** A stored event's attributes, and the parts of its envelope's text (from {@link unpackEventColumns}). */
 export interface StoredEventColumns extends Omit<StoredEventRow, 'body'> {
   version: number;
   source: string;
@@ -33,20 +33,6 @@ export interface StoredEventColumns extends Omit<StoredEventRow, 'body'> {
   extensions: string | null;
   /** The payload's JSON text. */
   data: string;
-}
-
-/**
- * The select list of a stored event for the outbox row aliased `o`: what a
- * target needs without parsing the envelope, and the parts of its text
- * (see {@link storedEventRow}).
- *
- * @example
- * `SELECT ${storedEventColumns('o')} FROM outbox AS o`
- */
-export function storedEventColumns(o: string): string {
-  return `${o}.position::text AS position, ${o}.xid::text AS xid, ${o}.id::text AS id, ${o}.type, ${o}.subject,
-          ${o}.correlation_id, ${o}.causation_id, ${o}.traceparent, ${timeSql(o)} AS time, ${o}.version, ${o}.source,
-          ${extensionsSql(o)} AS extensions, ${o}.data::text AS data`;
 }
 
 /** What separates the parts of {@link packedEventColumns}' `packed` column: none of them (digits, a uuid, a timestamp) can hold it. */
@@ -59,12 +45,14 @@ export interface PackedEventColumns extends Pick<StoredEventColumns, 'type' | 's
 }
 
 /**
- * The select list of {@link storedEventColumns}, with the seven columns that are
- * digits, a uuid or a timestamp (the key's previous row's position and xid among
- * them) in one text: node-postgres spends more on each field of a row than on
- * its length, and one column split in Node cost the relay's read about 1.1-1.6 µs
- * less Node CPU per row than seven (1,000-row reads, six alternating pairs; docs/BENCHMARKS.md,
- * session 39). `unpackEventColumns` takes it apart.
+ * The select list of a stored event for the outbox row aliased `o`: what a
+ * target needs without parsing the envelope, and the parts of its text (see
+ * {@link storedEventRow}). The seven columns that are digits, a uuid or a
+ * timestamp (the key's previous row's position and xid among them) come as one
+ * text: node-postgres spends more on each field of a row than on its length,
+ * and one column split in Node cost the relay's read about 1.1-1.6 µs less Node
+ * CPU per row than seven (1,000-row reads, six alternating pairs;
+ * docs/BENCHMARKS.md, session 39). {@link unpackEventColumns} takes it apart.
  *
  * @example
  * `SELECT ${packedEventColumns('o')} FROM outbox AS o`
@@ -77,8 +65,8 @@ export function packedEventColumns(o: string): string {
 }
 
 /**
- * A row of {@link packedEventColumns} as {@link storedEventColumns} would have
- * returned it, and the key's previous row (null parts when not recorded).
+ * A row of {@link packedEventColumns} as the columns of a stored event, and the
+ * key's previous row (null parts when not recorded).
  *
  * @example
  * const { columns, prevPosition, prevXid } = unpackEventColumns(row);

@@ -7,7 +7,7 @@
 import type { CloudEventEnvelope } from '../events/envelope.ts';
 import type { RelayedEvent } from './target.ts';
 
-/** A stored event's attributes and envelope text (`storedEventRow` of the columns of `storedEventColumns`). */
+/** A stored event's attributes and envelope text (`storedEventRow` of the columns `packedEventColumns` selects). */
 export interface StoredEventRow {
   position: string;
   xid: string;
