@@ -665,15 +665,13 @@ export class Relay extends SafeEmitter<RelayEvents> {
    * open transaction (reported, at most every 10 s), else `'idle'`.
    */
   private async afterRound(s: TargetState, round: Extract<Round, { kind: 'done' }>): Promise<'again' | 'held-back' | 'idle'> {
-    const { rows } = await this.db.run<{ fence: string; ready: number; waiting: number }>(this.queries.afterCursor, [
-      String(round.cursor.xid),
-      String(round.cursor.position),
-    ]);
+    const cursor = [String(round.cursor.xid), String(round.cursor.position)];
+    const { rows } = await this.db.run<{ fence: string; ready: boolean; waiting: boolean }>(this.queries.afterCursor, cursor);
     const fence = BigInt(rows[0]!.fence);
     const { ready, waiting } = rows[0]!;
     // Deliverable now: rows that arrived below the new fence, or the row a round had to stop before.
-    if (round.blockedBy !== null ? round.blockedBy < fence : ready > 0 && fence > round.fence) return 'again';
-    if (waiting === 0 && round.blockedBy === null) {
+    if (round.blockedBy !== null ? round.blockedBy < fence : ready && fence > round.fence) return 'again';
+    if (!waiting && round.blockedBy === null) {
       s.heldBackSince = null;
       return 'idle';
     }
@@ -682,7 +680,7 @@ export class Relay extends SafeEmitter<RelayEvents> {
     if (now - s.lastHeldBackReport >= HELD_BACK_REPORT_MS) {
       s.lastHeldBackReport = now;
       const heldBackBy = await findHolder(this.db, this.queries, fence);
-      const count = waiting + ready;
+      const count = (await this.db.run<{ count: number }>(this.queries.pastCursor, cursor)).rows[0]!.count;
       if (this.listenerCount('held-back') > 0) this.emit('held-back', { target: s.target.name, waiting: count, heldBackBy });
       else {
         const who = heldBackBy.pid === null ? `transaction ${heldBackBy.xid}` : `pid ${heldBackBy.pid} (open ${heldBackBy.ageSeconds}s)`;
