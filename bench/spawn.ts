@@ -16,14 +16,21 @@ export function forkTs(file: string, env: Record<string, string>): ChildProcess 
 }
 
 /**
- * Resolves with the first message that `accept` takes; rejects if the child's
- * IPC channel closes first. (Not on 'exit': a child that sends and exits at
+ * Resolves with the first message that `accept` takes; rejects with what
+ * `accept` throws, or if the child's IPC channel closes first. (Not on 'exit': a child that sends and exits at
  * once may be seen to exit before its last message is read.)
  */
 export function nextMessage<M, T>(child: ChildProcess, accept: (message: M) => T | undefined): Promise<T> {
   return new Promise((resolve, reject) => {
     const onMessage = (message: M) => {
-      const value = accept(message);
+      let value: T | undefined;
+      try {
+        value = accept(message);
+      } catch (error) {
+        cleanup();
+        reject(error);
+        return;
+      }
       if (value === undefined) return;
       cleanup();
       resolve(value);

@@ -13,10 +13,11 @@
  *    (on a shared machine a slow minute during one measurement would otherwise flatter the relay);
  *    the round with the median share is reported;
  * 3. lag: events published at a fixed rate for a few seconds (default 500/s and 1,000/s; 'half'
- *    is half the relay's own rate) by producers with a mailroom (and pool) of their own, in at most
- *    PRODUCER_TX_PER_SECOND transactions a second (one event each up to that rate, then several),
- *    relayed (default batch size) and read from the broker; the time from each publish's commit to
- *    its reading, p50 / p99. Each rate is measured with each of --lag-readers (default both):
+ *    is half the relay's own rate) by producers in a process of their own (lag-producer.ts), in at
+ *    most PRODUCER_TX_PER_SECOND transactions a second (one event each up to that rate, then
+ *    several), relayed by a relay in this process (default batch size) and read from the broker in
+ *    a third process (lag-reader.ts); the time from each publish's commit to its reading, p50 / p99
+ *    (the processes share `now()`'s clock). Each rate is measured with each of --lag-readers (default both):
  *    `group`, a consumer group (the message stored as a job, its handler's start: what a mailroom
  *    application sees), and `broker`, the group's source with no database behind it (the message's
  *    arrival: what another service reading the broker sees, the relay's own share of the lag).
@@ -32,9 +33,11 @@
 import { writeFile } from 'node:fs/promises';
 import { createMailroom, type Mailroom } from '../../dist/index.js';
 import { createDatabase, dropDatabase, enableAutovacuum } from '../db.ts';
-import { atMost, now, percentile, sleep } from '../stats.ts';
+import { atMost, now, percentile } from '../stats.ts';
 import { brokerUrls, checkHeld, noted, PAD, setups, type BrokerSetup, type Kind } from './setups.ts';
 import { forkTs, nextMessage } from '../spawn.ts';
+import { LAG_PRODUCER_ENV, type Committed, type LagProducerTask } from './lag-producer.ts';
+import { LAG_READER_ENV, type Arrivals, type LagReader, type LagReaderTask } from './lag-reader.ts';
 
 interface Config {
   messages: number;
@@ -55,11 +58,6 @@ interface Config {
   urls: Record<Kind, string>;
 }
 
-/**
- * `group`: a consumer group, to its handler's start (stored as a job first). `broker`: the group's
- * source alone, no database, to the message's arrival (another service reading the broker).
- */
-type LagReader = 'group' | 'broker';
 const LAG_READERS: readonly LagReader[] = ['group', 'broker'];
 
 interface LagResult {
@@ -204,122 +202,95 @@ async function relayThroughput(setup: BrokerSetup, serverUrl: string, name: stri
  */
 const PRODUCER_TX_PER_SECOND = 200;
 
-/** What reads the relayed events in a lag run; `arrived` is called once per event, with its id. */
-interface LagReading {
-  start(): Promise<void>;
-  stop(): Promise<void>;
-}
-
-/** A consumer group reading the broker: an event arrives when its handler starts. */
-function groupReading(mailroom: Mailroom, setup: BrokerSetup, name: string, arrived: (id: string) => void): LagReading {
-  const consumer = mailroom.consumer({
-    group: 'bench',
-    source: setup.source(name),
-    concurrency: 50,
-    prefetch: 200,
-    pollInterval: 200,
-    handlers: { [noted.type]: async (event) => arrived(event.id) },
-  });
-  consumer.on('warning', () => {});
-  consumer.on('error', (e) => process.stderr.write(`  consumer error: ${e instanceof Error ? e.message : String(e)}\n`));
-  return { start: () => consumer.start(), stop: () => consumer.stop() };
-}
-
 /**
- * The group's source alone, with no database: an event arrives when the broker delivers it (its
- * structured body read for the id), and is acknowledged at once. What a service of another kind
- * reading the broker sees.
+ * Events published at `rate` by producers in a process of their own, relayed by a relay in this
+ * process and read from the broker by `reader` in a third: the commit-to-reading lag of the events
+ * published after the warm-up, and of those published during it. Each of the three runs on an event
+ * loop of its own, as they would be deployed (before session 40 they shared this process's, which
+ * the producers and the reader kept busy at high rates).
  */
-function brokerReading(setup: BrokerSetup, name: string, arrived: (id: string) => void): LagReading {
-  const source = setup.source(name);
-  const decoder = new TextDecoder();
-  const context = {
-    group: 'bench',
-    handlerTimeoutMs: null,
-    report: (e: unknown) => process.stderr.write(`  source error: ${e instanceof Error ? e.message : String(e)}\n`),
-    warn: () => {},
-  };
-  return {
-    start: () =>
-      source.start((message) => {
-        const body = typeof message.body === 'string' ? message.body : decoder.decode(message.body);
-        arrived((JSON.parse(body) as { id: string }).id);
-        void message.ack();
-      }, context),
-    stop: () => source.stop(),
-  };
-}
-
-/**
- * Events published at `rate` by separate producers, relayed and read from the broker by `reader`:
- * commit-to-reading lag of the events published after the warm-up, and of those published during it.
- */
-async function endToEndLag(setup: BrokerSetup, serverUrl: string, name: string, reader: LagReader, rate: number, seconds: number, warmupSeconds: number): Promise<{ lags: number[]; warmup: number[] }> {
-  return withMailroom(serverUrl, name, async (mailroom, url) => {
-    // The producers are another application: their own mailroom and pool, so the relay's and the
-    // consumer's statements do not queue behind publishes in one pool.
-    const producers = await createMailroom({ database: url, poolSize: 4 });
-    const perTx = Math.max(1, Math.ceil(rate / PRODUCER_TX_PER_SECOND));
-    const committedAt = new Map<string, number>();
-    const warmupIds = new Set<string>();
-    const lags: number[] = [];
-    const warmup: number[] = [];
-    const warmupTotal = Math.round(rate * warmupSeconds);
-    const total = warmupTotal + Math.round(rate * seconds);
-    let handled = 0;
-    let resolveAll: () => void = () => {};
-    const all = new Promise<void>((r) => (resolveAll = r));
-    const arrived = (id: string): void => {
-      const at = now();
-      const committed = committedAt.get(id);
-      if (committed !== undefined) (warmupIds.has(id) ? warmup : lags).push(at - committed);
-      if (++handled >= total) resolveAll();
-    };
-    const reading = reader === 'group' ? groupReading(mailroom, setup, name, arrived) : brokerReading(setup, name, arrived);
+async function endToEndLag(setup: BrokerSetup, config: Config, kind: Kind, name: string, reader: LagReader, rate: number): Promise<{ lags: number[]; warmup: number[] }> {
+  return withMailroom(config.serverUrl, name, async (mailroom, databaseUrl) => {
+    const warmupEvents = Math.round(rate * config.lagWarmupSeconds);
+    const totalEvents = warmupEvents + Math.round(rate * config.lagSeconds);
     await setup.prepare(name);
-    await reading.start();
+    const readerTask: LagReaderTask = { reader, kind, urls: config.urls, name, databaseUrl, expected: totalEvents };
+    const readerProcess = forkTs('./brokers/lag-reader.ts', { [LAG_READER_ENV]: JSON.stringify(readerTask) });
+    const producerTask: LagProducerTask = { databaseUrl, rate, perTx: Math.max(1, Math.ceil(rate / PRODUCER_TX_PER_SECOND)), warmupEvents, totalEvents };
+    const producerProcess = forkTs('./brokers/lag-producer.ts', { [LAG_PRODUCER_ENV]: JSON.stringify(producerTask) });
     const relay = mailroom.relay({ to: [setup.target(name)], internal: false, pollInterval: 50 });
     relay.on('warning', () => {});
     relay.on('held-back', () => {}); // the publishers' own transactions, for a moment
-    await relay.start();
-    const monitor = process.env.BENCH_MONITOR
-      ? setInterval(() => {
-          void mailroom.stats().then((st) => {
-            const r = Object.values(st.relay)[0];
-            process.stderr.write(`    [monitor] relay unpublished ${r?.unpublished} held ${r?.heldBackBy ? 'yes' : 'no'}, group unfinished ${st.consumers.bench?.unfinished}, read ${handled}\n`);
-          });
-        }, 1000)
-      : undefined;
-    const tickMs = 10;
-    const started = now();
-    const inFlight = new Set<Promise<void>>();
-    for (let sent = 0; sent < total; ) {
-      const due = Math.min(total, Math.floor(((now() - started) / 1000) * rate));
-      while (due - sent >= perTx || (due === total && sent < total)) {
-        const inWarmup = sent < warmupTotal;
-        const items = Array.from({ length: Math.min(perTx, (inWarmup ? warmupTotal : total) - sent) }, (_, i) => ({ n: sent + i, pad: PAD }));
-        sent += items.length;
-        const p = producers.publishMany(noted, items, { key: (item) => `order-${item.n % 10_000}` }).then((published) => {
-          const at = now();
-          for (const id of published.ids) {
-            committedAt.set(id, at);
-            if (inWarmup) warmupIds.add(id);
-          }
-        });
-        inFlight.add(p);
-        void p.finally(() => inFlight.delete(p));
-      }
-      await sleep(tickMs);
+    let monitor: NodeJS.Timeout | undefined;
+    let batches = 0;
+    let delivered = 0;
+    relay.on('delivered', (info) => {
+      batches += 1;
+      delivered += info.count;
+    });
+    try {
+      const allRead = nextMessage(readerProcess, (m: ChildAnswer) => answer(m, 'all'));
+      allRead.catch(() => {}); // awaited below; a reader that ends early is reported there
+      await nextMessage(readerProcess, (m: ChildAnswer) => answer(m, 'ready'));
+      await nextMessage(producerProcess, (m: ChildAnswer) => answer(m, 'ready'));
+      await relay.start();
+      let busy = performance.eventLoopUtilization();
+      monitor = process.env.BENCH_MONITOR
+        ? setInterval(() => {
+            const loop = performance.eventLoopUtilization(busy);
+            busy = performance.eventLoopUtilization();
+            void mailroom.stats().then((st) => {
+              const r = Object.values(st.relay)[0];
+              process.stderr.write(`    [monitor] relay unpublished ${r?.unpublished} held ${r?.heldBackBy ? 'yes' : 'no'}, group unfinished ${st.consumers.bench?.unfinished}, relay's event loop busy ${(loop.utilization * 100).toFixed(0)} %, ${batches} batches of ${(delivered / Math.max(1, batches)).toFixed(0)} events\n`);
+              batches = 0;
+              delivered = 0;
+            });
+          }, 1000)
+        : undefined;
+      producerProcess.send('go');
+      const committed = await nextMessage(producerProcess, (m: ChildAnswer) => answer(m, 'committed'));
+      await atMost(allRead, 60_000); // a minute at most for the last events to arrive
+      readerProcess.send('stop');
+      const arrivals = await nextMessage(readerProcess, (m: ChildAnswer) => answer(m, 'arrivals'));
+      return lagsOf(committed, arrivals);
+    } finally {
+      clearInterval(monitor);
+      for (const child of [producerProcess, readerProcess]) if (child.connected) child.disconnect(); // each exits when disconnected
+      await relay.stop();
+      await setup.cleanup(name).catch(() => {});
     }
-    await Promise.all(inFlight);
-    await producers.close();
-    await atMost(all, 60_000); // a minute at most for the last events to arrive
-    clearInterval(monitor);
-    await reading.stop();
-    await relay.stop();
-    await setup.cleanup(name).catch(() => {});
-    return { lags, warmup };
   });
+}
+
+/** What the producer and reader processes answer; `error` when their work failed. */
+interface ChildAnswer {
+  ready?: true;
+  all?: true;
+  committed?: Committed;
+  arrivals?: Arrivals;
+  error?: string;
+}
+
+/** The answer's `key` part, undefined while it has none; throws the child's error. */
+function answer<K extends keyof ChildAnswer>(m: ChildAnswer, key: K): NonNullable<ChildAnswer[K]> | undefined {
+  if (m.error !== undefined) throw new Error(`a lag run's child process failed: ${m.error}`);
+  return m[key] ?? undefined;
+}
+
+/** Each event's lag from its commit to its first arrival, the warm-up's apart. */
+function lagsOf(committed: Committed, arrivals: Arrivals): { lags: number[]; warmup: number[] } {
+  const index = new Map<string, number>();
+  committed.ids.forEach((id, i) => index.set(id, i));
+  const seen = new Set<string>();
+  const lags: number[] = [];
+  const warmup: number[] = [];
+  arrivals.ids.forEach((id, i) => {
+    const n = index.get(id);
+    if (n === undefined || seen.has(id)) return;
+    seen.add(id);
+    (n < committed.warmupEvents ? warmup : lags).push(arrivals.at[i]! - committed.at[n]!);
+  });
+  return { lags, warmup };
 }
 
 async function main(): Promise<void> {
@@ -403,7 +374,7 @@ async function measureBroker({ config, kind, run }: BrokerTask): Promise<BrokerR
   for (const r of config.lagRates) {
     const rate = r === 'half' ? Math.round(relay / 2) : r;
     for (const reader of config.lagReaders) {
-      const { lags, warmup } = await endToEndLag(setup, config.serverUrl, `${run}_${kind}_lag${lag.length}`, reader, rate, config.lagSeconds, config.lagWarmupSeconds);
+      const { lags, warmup } = await endToEndLag(setup, config, kind, `${run}_${kind}_lag${lag.length}`, reader, rate);
       const entry: LagResult = {
         reader,
         ratePerSecond: rate,
