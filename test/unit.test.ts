@@ -26,6 +26,7 @@ import { isConcurrencyConflict } from '../src/storage/conflicts.ts';
 import { Completer } from '../src/worker/completer.ts';
 import type { Driver, NamedQuery, QueryResult } from '../src/storage/driver.ts';
 import { planBatch } from '../src/relay/read-batch.ts';
+import { knownCursorStillHeld } from '../src/relay/known-cursor.ts';
 import { relayQueries } from '../src/relay/relay-queries.ts';
 import type { JobQueries } from '../src/jobs/queries.ts';
 import type { ClaimedRow } from '../src/worker/types.ts';
@@ -778,5 +779,20 @@ describe('planBatch', () => {
     assert.deepEqual(fromShuffled.cursor, { xid: 7n, position: 1n }, 'the cursor is the last row in (xid, position) order');
     assert.deepEqual(fromShuffled, fromOrdered);
     assert.deepEqual(fromShuffled.rows.map((r) => r.position), ['1', '3', '4', '9'], 'delivered in position order');
+  });
+});
+
+describe("a read-ahead relay's known cursor", () => {
+  const cursor = { xid: 100n, position: 7n };
+  const known = { cursor, token: '3', renewedAt: 1_000 };
+  test('is read past while the lease renewed with it has more than half its time left, under the same token', () => {
+    assert.equal(knownCursorStillHeld(known, '3', 1_000, 30_000), cursor);
+    assert.equal(knownCursorStillHeld(known, '3', 15_999, 30_000), cursor);
+  });
+  test('is read again from the database from half the lease on, under another token, or when none is known', () => {
+    assert.equal(knownCursorStillHeld(known, '3', 16_000, 30_000), null, 'half the lease gone: another relay may take it before the batch is published');
+    assert.equal(knownCursorStillHeld(known, '3', 1_060, 100), null, 'a short lease: 60 ms of 100 gone');
+    assert.equal(knownCursorStillHeld(known, '4', 1_000, 30_000), null, 'the lease was taken again since: a new token');
+    assert.equal(knownCursorStillHeld(null, '3', 1_000, 30_000), null);
   });
 });

@@ -11,6 +11,7 @@ import { abortableDriver } from '../storage/abortable-driver.ts';
 import { endOrCut, graceLeft, STOP_GRACE_MS, unlessAborted, within } from '../time-limit.ts';
 import { inBatches } from '../storage/batches.ts';
 import { findHolder, type HeldBackBy } from './held-back.ts';
+import { knownCursorStillHeld, type KnownCursor } from './known-cursor.ts';
 import type { ResolvedRelayOptions } from './options.ts';
 import { planBatch, readFence, type OutboxPoint } from './read-batch.ts';
 import { NO_TRANSACTION, readBatch, type ReadBatch } from './read-ahead.ts';
@@ -68,6 +69,8 @@ interface TargetState {
   parked: ParkedEvents;
   /** How many rows the next read asks for. */
   readSize: ReadSize;
+  /** A read-ahead target's cursor as this relay last read or advanced it (see known-cursor.ts); taken by each round. */
+  known: KnownCursor | null;
 }
 
 /** A batch read ahead; `sent` settles with true when a pipelined target's conditional send of it was confirmed. */
@@ -168,6 +171,7 @@ export class Relay extends SafeEmitter<RelayEvents> {
       heldBackSince: null,
       lastHeldBackReport: 0,
       ahead: null,
+      known: null,
       emptyAgain: 0,
       parked: new ParkedEvents(this.db, queries, target.name),
       readSize: ReadSize.of(this.options.batchSize),
@@ -594,12 +598,18 @@ export class Relay extends SafeEmitter<RelayEvents> {
       readBatch({ driver: this.db, queries: this.queries, target: name, holder: this.id, token, leaseMs: this.options.leaseMs, batchSize: s.readSize.current, from });
     const ahead = s.ahead === null ? null : await s.ahead.catch((error: unknown) => (this.report(error), null));
     s.ahead = null;
+    const known = s.known;
+    s.known = null;
     let batch = ahead?.batch ?? null;
     let sent = ahead?.sent ?? null;
+    const readAt = Date.now();
+    let fromDatabase = false;
     if (batch === null || batch.token !== token) {
       await sent;
       sent = null;
-      batch = await read(null);
+      const from = knownCursorStillHeld(known, token, readAt, this.options.leaseMs);
+      fromDatabase = from === null;
+      batch = await read(from);
     }
     if (batch === null) return { kind: 'lost' };
     const { plan } = batch;
@@ -607,6 +617,8 @@ export class Relay extends SafeEmitter<RelayEvents> {
     const events = s.parked.without(batch.events);
     const { fence } = plan;
     if (plan.cursor === null || batch.events.length === 0) {
+      // The cursor did not move: as read from the database just now (the lease renewed by that read), or as known before.
+      s.known = fromDatabase ? { cursor: batch.from, token, renewedAt: readAt } : known;
       return { kind: 'done', delivered: 0, exhausted: plan.exhausted, blockedBy: plan.blockedBy, fence, cursor: batch.from };
     }
     const next = plan.cursor;
@@ -621,11 +633,13 @@ export class Relay extends SafeEmitter<RelayEvents> {
       if (error instanceof RefusedEventError) return this.refused(s, token, error, events, fence, batch.from);
       throw error;
     }
+    const advancedAt = Date.now();
     const advanced = await this.db.run(this.queries.advanceNow, [name, this.id, token, String(next.xid), String(next.position), events.length, this.options.leaseMs]);
     if (advanced.rowCount !== 1) {
       await this.dropReadAhead(s);
       return { kind: 'lost' };
     }
+    s.known = { cursor: next, token, renewedAt: advancedAt };
     s.parked.passed(next);
     if (events.length > 0) this.emit('delivered', { target: name, count: events.length, cursor: { xid: String(next.xid), position: String(next.position) } });
     return { kind: 'done', delivered: events.length, exhausted: plan.exhausted, blockedBy: plan.blockedBy, fence, cursor: next };
