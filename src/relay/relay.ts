@@ -602,11 +602,12 @@ export class Relay extends SafeEmitter<RelayEvents> {
     s.known = null;
     let batch = ahead?.batch ?? null;
     let sent = ahead?.sent ?? null;
-    const readAt = Date.now();
+    let readAt = 0;
     let fromDatabase = false;
     if (batch === null || batch.token !== token) {
       await sent;
       sent = null;
+      readAt = Date.now(); // after the wait for a send read ahead: the lease's age at the read itself
       const from = knownCursorStillHeld(known, token, readAt, this.options.leaseMs);
       fromDatabase = from === null;
       batch = await read(from);
