@@ -642,16 +642,26 @@ for (const db of testDatabases()) {
     });
 
     it('slow completions slow the claims: never more than 3 x (concurrency + prefetch) jobs active', { skip: db.name === 'pglite' && 'needs a pool to slow down' }, async () => {
-      // Completions are delayed 200 ms on their way to a real PostgreSQL (the pool's query is wrapped);
-      // a worker that did not count jobs whose completion is in flight kept claiming (seen in the
-      // 1M-backlog benchmark: 568,340 jobs active at once).
+      // Completions are delayed 200 ms on their way to a real PostgreSQL (each pooled connection's query
+      // is wrapped: mailroom runs its statements on checked-out clients); a worker that did not count
+      // jobs whose completion is in flight kept claiming (seen in the 1M-backlog benchmark: 568,340 jobs
+      // active at once).
       const pool = new pg.Pool({ connectionString: databaseUrl, max: 10 });
-      const query = pool.query.bind(pool) as (...args: unknown[]) => Promise<unknown>;
-      (pool as unknown as { query: (...args: unknown[]) => Promise<unknown> }).query = async (...args: unknown[]) => {
-        const config = args[0] as { name?: string } | undefined;
-        if (config?.name?.includes('_complete_')) await new Promise((resolve) => setTimeout(resolve, 200));
-        return query(...args);
-      };
+      let delayed = 0;
+      const wrapped = new WeakSet<pg.PoolClient>();
+      pool.on('acquire', (client) => {
+        if (wrapped.has(client)) return;
+        wrapped.add(client);
+        const query = client.query.bind(client) as (...args: unknown[]) => Promise<unknown>;
+        (client as unknown as { query: (...args: unknown[]) => Promise<unknown> }).query = async (...args: unknown[]) => {
+          const config = args[0] as { name?: string } | undefined;
+          if (typeof config === 'object' && config?.name?.includes('_complete_')) {
+            delayed++;
+            await new Promise((resolve) => setTimeout(resolve, 200));
+          }
+          return query(...args);
+        };
+      });
       const schema = uniqueSchema('backpressure');
       const mailroom = await createMailroom({ database: pool, schema });
       await mailroom.migrate();
@@ -676,6 +686,7 @@ for (const db of testDatabases()) {
       await sampler;
       await worker.stop();
       assert.ok(maxActive > 0, 'the sampler saw the worker at work');
+      assert.ok(delayed > 0, 'completions were delayed');
       await mailroom.close();
       await sql(`DROP SCHEMA "${schema}" CASCADE`);
       await pool.end();
