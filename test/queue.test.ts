@@ -13,6 +13,7 @@ import { jobQueries } from '../src/jobs/queries.ts';
 import { controlQueries } from '../src/jobs/control-queries.ts';
 import { eventually, freezeHeartbeats, waitForEvents } from './helpers/events.ts';
 import { explainPrepared, itPlans, PLAN_MODES } from './helpers/plans.ts';
+import { beforeEachStatement } from './helpers/pool-statements.ts';
 
 const quick = { maxAttempts: 3, backoff: { base: 5, max: 10 } } as const;
 
@@ -648,19 +649,10 @@ for (const db of testDatabases()) {
       // active at once).
       const pool = new pg.Pool({ connectionString: databaseUrl, max: 10 });
       let delayed = 0;
-      const wrapped = new WeakSet<pg.PoolClient>();
-      pool.on('acquire', (client) => {
-        if (wrapped.has(client)) return;
-        wrapped.add(client);
-        const query = client.query.bind(client) as (...args: unknown[]) => Promise<unknown>;
-        (client as unknown as { query: (...args: unknown[]) => Promise<unknown> }).query = async (...args: unknown[]) => {
-          const config = args[0] as { name?: string } | undefined;
-          if (typeof config === 'object' && config?.name?.includes('_complete_')) {
-            delayed++;
-            await new Promise((resolve) => setTimeout(resolve, 200));
-          }
-          return query(...args);
-        };
+      beforeEachStatement(pool, (name) => {
+        if (!name.includes('_complete_')) return;
+        delayed++;
+        return new Promise((resolve) => setTimeout(resolve, 200));
       });
       const schema = uniqueSchema('backpressure');
       const mailroom = await createMailroom({ database: pool, schema });

@@ -13,6 +13,7 @@ import { CLAIM_RETURNING } from '../src/jobs/queries.ts';
 import type { ClaimedRow } from '../src/worker/types.ts';
 import { databaseUrl, testDatabases, uniqueSchema } from './helpers/databases.ts';
 import { waitForEvents } from './helpers/events.ts';
+import { beforeEachStatement } from './helpers/pool-statements.ts';
 
 const chore = defineJob<{ n: number }>('claims.chore', { queue: 'claims' });
 const JOBS = 30;
@@ -31,17 +32,7 @@ describe('claims of an idle worker', { skip: databaseUrl ? false : 'needs TEST_D
       await mailroom.migrate();
       // Claims counted on every connection the pool hands out (mailroom runs its statements on checked-out clients).
       let claims = 0;
-      const counted = new WeakSet<pg.PoolClient>();
-      pool.on('acquire', (client) => {
-        if (counted.has(client)) return;
-        counted.add(client);
-        const query = client.query.bind(client) as (...args: unknown[]) => unknown;
-        (client as unknown as { query: (...args: unknown[]) => unknown }).query = (...args: unknown[]) => {
-          const config = args[0] as { name?: string } | string;
-          if (typeof config === 'object' && config.name?.startsWith('mailroom_claim_')) claims++;
-          return query(...args);
-        };
-      });
+      beforeEachStatement(pool, (name) => void (name.startsWith('mailroom_claim_') && claims++));
       const worker = mailroom.worker({ queues: ['claims'], concurrency: 4, handlers: { [chore.name]: async () => {} } });
       await worker.start();
       try {
