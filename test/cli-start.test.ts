@@ -18,11 +18,11 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { after, test, type TestContext } from 'node:test';
 import { fileURLToPath } from 'node:url';
-import { PGlite } from '@electric-sql/pglite';
 import pg from 'pg';
 import { createMailroom, type Mailroom } from '../src/index.ts';
 import { effectsTable, work } from './fixtures/config/jobs.ts';
 import { eventsTable, noted } from './fixtures/config/events.ts';
+import { openPglite } from '../src/storage/pglite-open.ts';
 import { freePort } from './helpers/brokers/free-port.ts';
 
 const MAIN = fileURLToPath(new URL('../src/cli/main.ts', import.meta.url));
@@ -178,7 +178,7 @@ async function makeDb(t: TestContext): Promise<Db> {
     args: ['--data-dir', dir],
     shared: false,
     async use(fn) {
-      const db = await PGlite.create(dir);
+      const { db } = await openPglite(dir);
       try {
         const mailroom = await createMailroom({ database: db, schema });
         try {

@@ -11,6 +11,7 @@ import { describe, test } from 'node:test';
 import { PGlite } from '@electric-sql/pglite';
 import pg from 'pg';
 import { createMailroom, MailroomError, migrations, migrationSql, type Mailroom } from '../src/index.ts';
+import { openPglite } from '../src/storage/pglite-open.ts';
 import { databaseUrl, testDatabases, uniqueSchema, type TestDatabase } from './helpers/databases.ts';
 import { dumpSchema, lineDiff, readCommittedDump, SCHEMA_DUMP_PATH, writeCommittedDump, type CatalogReader } from './helpers/schema-dump.ts';
 
@@ -174,7 +175,7 @@ for (const db of testDatabases()) {
       const script = migrations().map((m) => migrationSql(m, 'mailroom')).join('\n');
       assert.match(script, /CREATE TABLE "mailroom"\.jobs/);
       if (db.name === 'pglite') {
-        const fresh = await PGlite.create();
+        const { db: fresh } = await openPglite();
         try {
           await runScript(fresh, script);
           assert.equal(lineDiff(expected, await dumpSchema(fresh, 'mailroom', { withoutBookkeeping: true })), '');

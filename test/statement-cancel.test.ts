@@ -9,10 +9,10 @@
  */
 import assert from 'node:assert/strict';
 import { describe, it } from 'node:test';
-import { PGlite } from '@electric-sql/pglite';
 import pg from 'pg';
 import { PgDriver } from '../src/storage/pg-driver.ts';
 import { PgliteDriver } from '../src/storage/pglite-driver.ts';
+import { openPglite } from '../src/storage/pglite-open.ts';
 import { databaseUrl, uniqueSchema } from './helpers/databases.ts';
 
 const sleep = (ms: number) => new Promise((resolve) => setTimeout(resolve, ms));
@@ -142,7 +142,7 @@ describe('statements cancelled by a signal (PostgreSQL)', { skip: databaseUrl ? 
 
 describe('statements cancelled by a signal (PGlite)', () => {
   it('a signal aborted before the statement: it is not run; one never aborted changes nothing', async () => {
-    const db = await PGlite.create();
+    const { db } = await openPglite();
     const driver = new PgliteDriver(db, true);
     try {
       await driver.query('CREATE TABLE t (n int)');

@@ -3,9 +3,10 @@
  * database in `--data-dir` when given; else (for commands that honour it)
  * `DATABASE_URL`; else the embedded database in `./.mailroom`.
  */
-import { PGlite } from '@electric-sql/pglite';
+import type { PGlite } from '@electric-sql/pglite';
 import pg from 'pg';
 import { DEFAULT_EMBEDDED_DIR } from '../storage/connect.ts';
+import { openPglite } from '../storage/pglite-open.ts';
 import { redactUrl, UsageError } from './args.ts';
 
 /** A database a command will open. */
@@ -56,7 +57,7 @@ export function describeTarget(target: DatabaseTarget): string {
  */
 export async function openDatabase(target: DatabaseTarget, poolSize = 4): Promise<OpenDatabase> {
   if (target.kind === 'embedded') {
-    const db = await PGlite.create(target.dir);
+    const { db } = await openPglite(target.dir);
     return {
       target,
       handle: db,

@@ -3,6 +3,7 @@ import pg from 'pg';
 import { MailroomError } from '../errors.ts';
 import type { Driver } from './driver.ts';
 import { PgDriver } from './pg-driver.ts';
+import { openPglite } from './pglite-open.ts';
 import { PgliteDriver } from './pglite-driver.ts';
 import { STALL_CHECK, type StallCheck } from './stalled-statements.ts';
 
@@ -36,7 +37,7 @@ export async function connect(database: DatabaseOption | undefined, poolSize: nu
     );
   }
   if (chosen === undefined) {
-    const db = await PGlite.create(DEFAULT_EMBEDDED_DIR);
+    const { db } = await openPglite(DEFAULT_EMBEDDED_DIR);
     return new PgliteDriver(db, true);
   }
   if (typeof chosen === 'string') {

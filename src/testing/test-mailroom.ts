@@ -3,10 +3,11 @@
  * (PGlite, nothing on disk) that the process shares, migrated and dropped
  * again on close; or your server's database when you pass one.
  */
-import { PGlite } from '@electric-sql/pglite';
+import type { PGlite } from '@electric-sql/pglite';
 import { quoteSchema } from '../identifiers.ts';
 import { createMailroom, openMailroom, type Mailroom, type MailroomOptions } from '../mailroom.ts';
 import { PgliteDriver } from '../storage/pglite-driver.ts';
+import { openPglite } from '../storage/pglite-open.ts';
 
 /**
  * The in-memory database of this process: made on first use (a few seconds), then shared by schema
@@ -31,7 +32,7 @@ async function acquireMemoryDatabase(): Promise<PGlite> {
     clearTimeout(idleClose);
     idleClose = undefined;
   }
-  memory ??= PGlite.create().catch((error: unknown) => {
+  memory ??= openPglite().then(({ db }) => db, (error: unknown) => {
     memory = undefined;
     throw error;
   });

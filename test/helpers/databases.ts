@@ -3,9 +3,10 @@
  * Each test gets its own schema, so no test sees another's data.
  */
 import { after } from 'node:test';
-import { PGlite } from '@electric-sql/pglite';
+import type { PGlite } from '@electric-sql/pglite';
 import pg from 'pg';
 import { createMailroom, type Mailroom, type MailroomOptions } from '../../src/index.ts';
+import { openPglite } from '../../src/storage/pglite-open.ts';
 
 export interface TestDatabase {
   name: 'pglite' | 'postgres';
@@ -56,7 +57,7 @@ function makeDatabase(name: 'pglite' | 'postgres', handle: () => Promise<PGlite 
 
 /** The databases this run tests against. */
 export function testDatabases(): TestDatabase[] {
-  const list = [makeDatabase('pglite', () => (pglite ??= PGlite.create()))];
+  const list = [makeDatabase('pglite', () => (pglite ??= openPglite().then(({ db }) => db)))];
   if (databaseUrl) {
     list.push(makeDatabase('postgres', async () => (pool ??= new pg.Pool({ connectionString: databaseUrl, max: 20 }))));
   }

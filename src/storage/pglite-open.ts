@@ -1,0 +1,153 @@
+/**
+ * Opening the embedded database (PGlite) without paying for `initdb` every
+ * time. A new PGlite database runs `initdb` inside WebAssembly: about 6 s of
+ * CPU on a small machine, against about 2 s to start from a copy of a database
+ * fresh from `initdb`. The first new database made with a given PGlite version
+ * is copied (before anything is written to it) into a per-user cache; later
+ * new databases start from that copy. A directory that already holds a
+ * database is opened as it is; the copy goes only into memory, a new
+ * directory or an empty one; and a copy that cannot be read or written never
+ * fails an open: the database is then made the slow way.
+ *
+ * `MAILROOM_PGLITE_CACHE`: a directory for the copy instead of the user's
+ * cache directory, or `off` for none.
+ */
+import { existsSync, mkdirSync, readdirSync, readFileSync, renameSync, rmSync, writeFileSync } from 'node:fs';
+import { homedir, platform } from 'node:os';
+import { dirname, join } from 'node:path';
+import { fileURLToPath } from 'node:url';
+import { gunzipSync } from 'node:zlib';
+import { PGlite } from '@electric-sql/pglite';
+
+/** Where a database came from: a directory that held one, the cached copy, or `initdb`. */
+export type PgliteOrigin = 'existing' | 'cache' | 'initdb';
+
+/** An open PGlite database and where it came from. */
+export interface OpenedPglite {
+  db: PGlite;
+  origin: PgliteOrigin;
+}
+
+/**
+ * Opens PGlite on `dataDir` (made when missing), or in memory when it is
+ * undefined; a new database starts from the cached copy of a fresh one when
+ * there is one.
+ *
+ * @example
+ * const { db } = await openPglite('./.mailroom');
+ * const memory = (await openPglite()).db;
+ */
+export async function openPglite(dataDir?: string): Promise<OpenedPglite> {
+  const before = dataDir === undefined ? 'memory' : directoryState(dataDir);
+  if (before === 'database') return { db: await PGlite.create(dataDir), origin: 'existing' };
+  // Only into memory, a new directory or an empty one: a failed load can then be undone whole.
+  const file = before === 'other files' ? null : cacheFile();
+  const copy = file === null ? null : readCopy(file);
+  if (copy !== null && file !== null) {
+    try {
+      return { db: await PGlite.create(dataDir, { loadDataDir: new Blob([copy]) }), origin: 'cache' };
+    } catch {
+      // A damaged copy: undone, and made again below from the database initdb makes now.
+      rmSync(file, { force: true });
+      if (dataDir !== undefined) emptyDirectory(dataDir, before === 'missing');
+    }
+  }
+  const db = await PGlite.create(dataDir);
+  if (file !== null) await saveCopy(db, file);
+  return { db, origin: 'initdb' };
+}
+
+type DirectoryState = 'missing' | 'empty' | 'database' | 'other files';
+
+function directoryState(dir: string): DirectoryState {
+  if (existsSync(join(dir, 'PG_VERSION'))) return 'database';
+  try {
+    return readdirSync(dir).length === 0 ? 'empty' : 'other files';
+  } catch {
+    return 'missing';
+  }
+}
+
+/** Removes what a failed load left in `dir`: the directory itself when it was made for it. */
+function emptyDirectory(dir: string, made: boolean): void {
+  if (made) {
+    rmSync(dir, { recursive: true, force: true });
+    return;
+  }
+  for (const entry of readdirSync(dir)) rmSync(join(dir, entry), { recursive: true, force: true });
+}
+
+/** The cached copy's path for this PGlite version, or null when the cache is off or its place unknown. */
+export function cacheFile(): string | null {
+  const setting = process.env.MAILROOM_PGLITE_CACHE;
+  if (setting === 'off') return null;
+  const dir = setting !== undefined && setting !== '' ? setting : userCacheDir();
+  const version = pgliteVersion();
+  if (dir === null || version === null) return null;
+  return join(dir, `pglite-${version}-initdb.tar.gz`);
+}
+
+/** The user's cache directory for mailroom (XDG on Linux, Library/Caches on macOS, LOCALAPPDATA on Windows). */
+function userCacheDir(): string | null {
+  try {
+    if (platform() === 'win32') return process.env.LOCALAPPDATA ? join(process.env.LOCALAPPDATA, 'mailroom', 'Cache') : null;
+    if (platform() === 'darwin') return join(homedir(), 'Library', 'Caches', 'mailroom');
+    const base = process.env.XDG_CACHE_HOME || join(homedir(), '.cache');
+    return join(base, 'mailroom');
+  } catch {
+    return null; // no home directory (a system user): no cache
+  }
+}
+
+let version: string | null | undefined;
+
+/** The installed PGlite's version, from its package.json (which its exports do not list). */
+function pgliteVersion(): string | null {
+  if (version !== undefined) return version;
+  version = null;
+  try {
+    let dir = dirname(fileURLToPath(import.meta.resolve('@electric-sql/pglite')));
+    for (let up = 0; up < 4 && version === null; up++, dir = dirname(dir)) {
+      const path = join(dir, 'package.json');
+      if (!existsSync(path)) continue;
+      const found = (JSON.parse(readFileSync(path, 'utf8')) as { name?: string; version?: string });
+      if (found.name === '@electric-sql/pglite' && typeof found.version === 'string') version = found.version;
+    }
+  } catch {
+    version = null;
+  }
+  return version;
+}
+
+/**
+ * The copy as a tar, or null when there is none. A damaged copy (a truncated or altered file) fails
+ * gzip's length and CRC checks here and is removed: PGlite, given one, rejects outside the promise
+ * it returns and ends the process.
+ */
+function readCopy(file: string): Buffer | null {
+  let compressed: Buffer;
+  try {
+    compressed = readFileSync(file);
+  } catch {
+    return null;
+  }
+  try {
+    return gunzipSync(compressed);
+  } catch {
+    rmSync(file, { force: true });
+    return null;
+  }
+}
+
+/** Writes the fresh database's copy: whole or not at all (renamed into place), and never an error. */
+async function saveCopy(db: PGlite, file: string): Promise<void> {
+  const partial = `${file}.${process.pid}.${Date.now().toString(36)}.partial`;
+  try {
+    const dump = await db.dumpDataDir('gzip');
+    mkdirSync(dirname(file), { recursive: true, mode: 0o700 });
+    writeFileSync(partial, new Uint8Array(await dump.arrayBuffer()), { mode: 0o600 });
+    renameSync(partial, file);
+  } catch {
+    rmSync(partial, { force: true }); // a read-only or full disk: the next new database runs initdb again
+  }
+}

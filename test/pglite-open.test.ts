@@ -1,0 +1,126 @@
+/**
+ * The embedded database's start (src/storage/pglite-open.ts): the first new
+ * database is copied into the cache, later ones start from the copy; a
+ * directory that holds a database is opened as it is; a damaged copy is
+ * replaced, never used; MAILROOM_PGLITE_CACHE=off turns the copy off. Each
+ * database opened is used for real: migrated, a job enqueued and run.
+ */
+import assert from 'node:assert/strict';
+import { existsSync, mkdirSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { gunzipSync } from 'node:zlib';
+import { after, before, describe, it } from 'node:test';
+import type { PGlite } from '@electric-sql/pglite';
+import { createMailroom, defineJob, handle } from '../src/index.ts';
+import { runJobs } from '../src/testing/index.ts';
+import { cacheFile, openPglite } from '../src/storage/pglite-open.ts';
+
+const hello = defineJob<{ to: string }>('pglite-open.hello', { queue: 'q' });
+
+/** Migrates a mailroom on `db`, runs one job through it, and closes both. */
+async function runsAJob(db: PGlite): Promise<void> {
+  const mailroom = await createMailroom({ database: db, schema: 'mailroom' });
+  try {
+    await mailroom.migrate();
+    const ran: string[] = [];
+    await mailroom.enqueue(hello, { to: 'you' });
+    const result = await runJobs(mailroom, { queues: ['q'], handlers: { [hello.name]: handle(hello, async (job) => void ran.push(job.data.to)) } });
+    assert.equal(result.completed, 1);
+    assert.deepEqual(ran, ['you']);
+  } finally {
+    await mailroom.close();
+    await db.close();
+  }
+}
+
+/** Makes the cached copy when an earlier test has not (a test run alone with --test-name-pattern). */
+async function ensureCopy(): Promise<void> {
+  if (!existsSync(cacheFile()!)) await (await openPglite()).db.close();
+  assert.ok(existsSync(cacheFile()!));
+}
+
+describe('opening the embedded database from the cached copy of a fresh one', () => {
+  let root: string;
+  const setting = process.env.MAILROOM_PGLITE_CACHE;
+  before(() => {
+    root = mkdtempSync(join(tmpdir(), 'mailroom-pglite-open-'));
+    process.env.MAILROOM_PGLITE_CACHE = join(root, 'cache');
+  });
+  after(() => {
+    if (setting === undefined) delete process.env.MAILROOM_PGLITE_CACHE;
+    else process.env.MAILROOM_PGLITE_CACHE = setting;
+    rmSync(root, { recursive: true, force: true });
+  });
+
+  it('the first new database runs initdb and leaves its copy; the next ones, in memory or in a new or empty directory, start from it', { timeout: 120_000 }, async () => {
+    const file = cacheFile();
+    assert.ok(file !== null && file.startsWith(join(root, 'cache')), `the copy goes where MAILROOM_PGLITE_CACHE says: ${file}`);
+    assert.match(file, /pglite-\d+\.\d+\.\d+[^/]*-initdb\.tar\.gz$/, 'named after the PGlite version');
+    assert.equal(existsSync(file), false);
+
+    const first = await openPglite();
+    assert.equal(first.origin, 'initdb');
+    assert.ok(existsSync(file), 'the copy is written');
+    await runsAJob(first.db);
+
+    const memory = await openPglite();
+    assert.equal(memory.origin, 'cache');
+    await runsAJob(memory.db);
+
+    const fresh = join(root, 'new-dir');
+    const inDir = await openPglite(fresh);
+    assert.equal(inDir.origin, 'cache');
+    await inDir.db.exec('CREATE TABLE kept (n int); INSERT INTO kept VALUES (7)');
+    await inDir.db.close();
+    const again = await openPglite(fresh);
+    assert.equal(again.origin, 'existing', 'a directory that holds a database is opened as it is');
+    assert.deepEqual((await again.db.query<{ n: number }>('SELECT n FROM kept')).rows, [{ n: 7 }]);
+    await runsAJob(again.db);
+
+    const empty = join(root, 'empty-dir');
+    mkdirSync(empty);
+    const inEmpty = await openPglite(empty);
+    assert.equal(inEmpty.origin, 'cache');
+    await runsAJob(inEmpty.db);
+  });
+
+  it('a truncated copy is never loaded: the database runs initdb, the directory holds only it, and the copy is written again', { timeout: 120_000 }, async () => {
+    const file = cacheFile()!;
+    await ensureCopy();
+    const whole = readFileSync(file);
+    writeFileSync(file, whole.subarray(0, Math.floor(whole.length / 2)));
+    const dir = join(root, 'after-truncated');
+    const opened = await openPglite(dir);
+    assert.equal(opened.origin, 'initdb');
+    await runsAJob(opened.db);
+    assert.doesNotThrow(() => gunzipSync(readFileSync(file)), 'the copy is written again, whole');
+    const next = await openPglite();
+    assert.equal(next.origin, 'cache');
+    await next.db.close();
+  });
+
+  it('a directory with other files in it is left to PGlite: the copy is not unpacked over them', { timeout: 120_000 }, async () => {
+    await ensureCopy();
+    const dir = join(root, 'not-a-database');
+    mkdirSync(dir);
+    writeFileSync(join(dir, 'notes.txt'), 'mine');
+    const opened = await openPglite(dir);
+    assert.equal(opened.origin, 'initdb');
+    assert.equal(readFileSync(join(dir, 'notes.txt'), 'utf8'), 'mine');
+    await runsAJob(opened.db);
+  });
+
+  it('MAILROOM_PGLITE_CACHE=off: no copy is read', { timeout: 120_000 }, async () => {
+    await ensureCopy();
+    process.env.MAILROOM_PGLITE_CACHE = 'off';
+    try {
+      assert.equal(cacheFile(), null);
+      const opened = await openPglite();
+      assert.equal(opened.origin, 'initdb');
+      await opened.db.close();
+    } finally {
+      process.env.MAILROOM_PGLITE_CACHE = join(root, 'cache');
+    }
+  });
+});
