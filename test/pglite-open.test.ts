@@ -12,7 +12,7 @@ import { join } from 'node:path';
 import { gunzipSync } from 'node:zlib';
 import { after, before, describe, it } from 'node:test';
 import type { PGlite } from '@electric-sql/pglite';
-import { createMailroom, defineJob, handle } from '../src/index.ts';
+import { createMailroom, defineJob, handle, MailroomError } from '../src/index.ts';
 import { runJobs } from '../src/testing/index.ts';
 import { cacheFile, openPglite } from '../src/storage/pglite-open.ts';
 
@@ -109,6 +109,14 @@ describe('opening the embedded database from the cached copy of a fresh one', ()
     assert.equal(opened.origin, 'initdb');
     assert.equal(readFileSync(join(dir, 'notes.txt'), 'utf8'), 'mine');
     await runsAJob(opened.db);
+  });
+
+  it('a path that is a file is refused with an error naming it, and the file is left as it was', async () => {
+    await ensureCopy();
+    const path = join(root, 'a-file');
+    writeFileSync(path, 'mine');
+    await assert.rejects(openPglite(path), (error: unknown) => error instanceof MailroomError && error.message.includes(`${path} is a file, not a directory`));
+    assert.equal(readFileSync(path, 'utf8'), 'mine');
   });
 
   it('MAILROOM_PGLITE_CACHE=off: no copy is read', { timeout: 120_000 }, async () => {

@@ -18,6 +18,7 @@ import { dirname, join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { gunzipSync } from 'node:zlib';
 import { PGlite } from '@electric-sql/pglite';
+import { MailroomError } from '../errors.ts';
 
 /** Where a database came from: a directory that held one, the cached copy, or `initdb`. */
 export type PgliteOrigin = 'existing' | 'cache' | 'initdb';
@@ -39,6 +40,9 @@ export interface OpenedPglite {
  */
 export async function openPglite(dataDir?: string): Promise<OpenedPglite> {
   const before = dataDir === undefined ? 'memory' : directoryState(dataDir);
+  if (before === 'not a directory') {
+    throw new MailroomError(`the embedded database's directory ${dataDir} is a file, not a directory: give a directory (a new one is made), or move the file`);
+  }
   if (before === 'database') return { db: await PGlite.create(dataDir), origin: 'existing' };
   // Only into memory, a new directory or an empty one: a failed load can then be undone whole.
   const file = before === 'other files' ? null : cacheFile();
@@ -57,14 +61,17 @@ export async function openPglite(dataDir?: string): Promise<OpenedPglite> {
   return { db, origin: 'initdb' };
 }
 
-type DirectoryState = 'missing' | 'empty' | 'database' | 'other files';
+type DirectoryState = 'missing' | 'empty' | 'database' | 'other files' | 'not a directory';
 
 function directoryState(dir: string): DirectoryState {
   if (existsSync(join(dir, 'PG_VERSION'))) return 'database';
   try {
     return readdirSync(dir).length === 0 ? 'empty' : 'other files';
-  } catch {
-    return 'missing';
+  } catch (error) {
+    // Only a path with nothing at it is 'missing' (a failed load may then remove what it made); a
+    // directory that cannot be read is left to PGlite and its own error.
+    const code = (error as NodeJS.ErrnoException).code;
+    return code === 'ENOENT' ? 'missing' : code === 'ENOTDIR' ? 'not a directory' : 'other files';
   }
 }
 
