@@ -10,11 +10,12 @@ import { PgliteDriver } from '../storage/pglite-driver.ts';
 import { openPglite } from '../storage/pglite-open.ts';
 
 /**
- * The in-memory database of this process: made on first use (a few seconds), then shared by schema
- * while a test mailroom is open. PGlite arms timers of its own (a 10 s one after most statements)
- * that nothing else clears, and they keep the process alive: once the last test mailroom is closed
- * and none is opened again for {@link IDLE_CLOSE_MS}, the database is closed (which clears them) and
- * the next call makes a new one.
+ * The in-memory database of this process: made on first use (about 2 s from the cached copy of a
+ * fresh one, src/storage/pglite-open.ts), then shared by schema while a test mailroom is open.
+ * PGlite arms timers of its own (a 10 s one after most statements) that nothing else clears, and
+ * they keep the process alive: once the last test mailroom is closed and none is opened again for
+ * {@link IDLE_CLOSE_MS}, the database is closed (which clears them) and the next call makes a new
+ * one.
  */
 let memory: Promise<PGlite> | undefined;
 /** Test mailrooms opening or open on `memory`. */
