@@ -63,7 +63,10 @@ test('bench:brokers runs end to end at a tiny size, for each broker', { skip: mi
       assert.deepEqual(r.lag.map((l) => l.reader), ['group', 'broker'], `${r.kind}: the rate read by a consumer group and by its source alone`);
       for (const l of r.lag) {
         assert.equal(l.events, 100, `${r.kind}, ${l.reader}: every event published at 100/s for 1 s was read`);
-        assert.ok(l.p50Ms > 0 && l.p99Ms >= l.p50Ms, `${r.kind}, ${l.reader}: lag p50 ${l.p50Ms}, p99 ${l.p99Ms}`);
+        // A commit's time is when the producers' process handled its reply, so on a loaded machine an
+        // event can reach a reader first and its lag come out negative (CI saw p50 -1.1 ms at 100/s);
+        // the whole run cannot: some event takes time to arrive, none takes a minute.
+        assert.ok(Number.isFinite(l.p50Ms) && l.p99Ms >= l.p50Ms && l.p99Ms > 0 && l.p99Ms < 60_000, `${r.kind}, ${l.reader}: lag p50 ${l.p50Ms}, p99 ${l.p99Ms}`);
       }
     }
   } finally {

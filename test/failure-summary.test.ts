@@ -11,10 +11,10 @@ import { fileURLToPath } from 'node:url';
 
 const ROOT = fileURLToPath(new URL('..', import.meta.url));
 /** `node --test` on one fixture with both reporters, as a run of its own (not a subtest of this file's run). */
-function run(file: string) {
+function run(file: string, through: string[] = []) {
   const env = { ...process.env };
   delete env.NODE_TEST_CONTEXT;
-  const args = ['--test', '--test-reporter=tap', '--test-reporter-destination=stdout', '--test-reporter=./test/helpers/failure-summary.mjs', '--test-reporter-destination=stderr', file];
+  const args = [...through, '--test', '--test-reporter=tap', '--test-reporter-destination=stdout', '--test-reporter=./test/helpers/failure-summary.mjs', '--test-reporter-destination=stderr', file];
   return spawnSync(process.execPath, args, { cwd: ROOT, encoding: 'utf8', env });
 }
 
@@ -30,6 +30,16 @@ it('lists each failed or timed-out test after the totals, with where it is and i
     '    Error: first line second line',
     '  test/fixtures/failing-tests.fixture.mjs:14  runs past its timeout',
     '    test timed out after 50ms',
+  ].join('\n'));
+});
+
+it('gives no line for a TypeScript file (node reports one of the code tsx compiled)', () => {
+  const { status, stderr } = run('test/fixtures/failing-typescript.fixture.ts', ['--import', 'tsx']);
+  assert.equal(status, 1);
+  assert.equal(stderr.trim(), [
+    'tests that failed or were cancelled (1):',
+    '  test/fixtures/failing-typescript.fixture.ts  fails in TypeScript',
+    '    AssertionError: Expected values to be strictly equal: 1 !== 2',
   ].join('\n'));
 });
 

@@ -3,7 +3,8 @@
  * publishing to the outbox, as it would be deployed. Forked by main.ts with the task in
  * LAG_PRODUCER_ENV; answers `{ ready }` once connected, publishes when told `'go'`, and answers
  * `{ committed }` with each event's id and the time its transaction committed (`now()`, a clock
- * the other processes of the run share).
+ * the other processes of the run share), as this process saw it: when it handled the reply to the
+ * `COMMIT`, which on a loaded machine can be after a reader already has the event.
  */
 import { createMailroom, type Mailroom } from '../../dist/index.js';
 import { now, sleep } from '../stats.ts';

@@ -1,8 +1,9 @@
 /**
  * A node:test reporter that lists the failed tests once the run is over, one
- * line each (file:line, the suites above it, the name, the start of the
- * error), after the TAP totals. In a long CI log only the end may be kept,
- * and a failure reported mid-run is otherwise lost with the rest. `npm test`
+ * entry each (the file and, for JavaScript, the line; the suites above it;
+ * the name; the start of the error), after the TAP totals. In a long CI log
+ * only the end may be kept, and a failure reported mid-run is otherwise lost
+ * with the rest. `npm test`
  * runs it beside the TAP reporter, writing to stderr:
  *
  *   node --test --test-reporter=tap --test-reporter-destination=stdout \
@@ -11,6 +12,9 @@
  * Suites and files that failed only because a test in them did are left out.
  */
 import { relative } from 'node:path';
+
+/** Files that tsx compiles: node reports a line of the compiled code (line 1), so none is printed. */
+const TYPESCRIPT = /\.[cm]?tsx?$/;
 
 export default async function* failureSummary(source) {
   /** Per file, the names of the tests started at each nesting level (the current path). */
@@ -28,7 +32,7 @@ export default async function* failureSummary(source) {
       const cause = error?.cause ?? error;
       if (error?.failureType === 'subtestsFailed') continue;
       const above = (paths.get(data.file) ?? []).slice(0, data.nesting);
-      failed.push({ where: `${data.file ? relative(process.cwd(), data.file) : '?'}${data.line ? `:${data.line}` : ''}`, name: [...above, data.name].join(' > '), message: oneLine(cause) });
+      failed.push({ where: `${data.file ? relative(process.cwd(), data.file) : '?'}${data.line && !TYPESCRIPT.test(data.file ?? '') ? `:${data.line}` : ''}`, name: [...above, data.name].join(' > '), message: oneLine(cause) });
     }
   }
   if (failed.length === 0) return;
