@@ -9,7 +9,7 @@ import assert from 'node:assert/strict';
 import { existsSync, mkdirSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
-import { gunzipSync } from 'node:zlib';
+import { gunzipSync, gzipSync } from 'node:zlib';
 import { after, before, describe, it } from 'node:test';
 import type { PGlite } from '@electric-sql/pglite';
 import { createMailroom, defineJob, handle, MailroomError } from '../src/index.ts';
@@ -85,7 +85,7 @@ describe('opening the embedded database from the cached copy of a fresh one', ()
     await runsAJob(inEmpty.db);
   });
 
-  it('a truncated copy is never loaded: the database runs initdb, the directory holds only it, and the copy is written again', { timeout: 120_000 }, async () => {
+  it('a truncated copy is never loaded: the database runs initdb and the copy is written again', { timeout: 120_000 }, async () => {
     const file = cacheFile()!;
     await ensureCopy();
     const whole = readFileSync(file);
@@ -97,6 +97,25 @@ describe('opening the embedded database from the cached copy of a fresh one', ()
     assert.doesNotThrow(() => gunzipSync(readFileSync(file)), 'the copy is written again, whole');
     const next = await openPglite();
     assert.equal(next.origin, 'cache');
+    await next.db.close();
+  });
+
+  it('a copy whole to gzip whose database is cut off: what PGlite unpacked into the empty directory is removed, initdb makes the database there, and the copy is written again', { timeout: 120_000 }, async () => {
+    const file = cacheFile()!;
+    await ensureCopy();
+    // The tar's first nine tenths: PGlite unpacks most of the database (base/, global/, pg_wal/…) and fails to start.
+    const tar = gunzipSync(readFileSync(file));
+    writeFileSync(file, gzipSync(tar.subarray(0, Math.floor((tar.length * 0.9) / 512) * 512)));
+    const dir = join(root, 'after-unloadable');
+    mkdirSync(dir);
+    const opened = await openPglite(dir);
+    assert.equal(opened.origin, 'initdb');
+    await runsAJob(opened.db);
+    const reopened = await openPglite(dir);
+    assert.equal(reopened.origin, 'existing');
+    await reopened.db.close();
+    const next = await openPglite();
+    assert.equal(next.origin, 'cache', 'the copy is written again');
     await next.db.close();
   });
 
