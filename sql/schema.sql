@@ -321,6 +321,7 @@ CREATE OR REPLACE FUNCTION :"schema".ordering_hand_on(key_queues text[], key_nam
  SET enable_seqscan TO 'off'
  SET enable_hashjoin TO 'off'
  SET enable_mergejoin TO 'off'
+ SET plan_cache_mode TO 'force_generic_plan'
 AS $function$
 DECLARE
   locked int;
