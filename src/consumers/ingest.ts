@@ -313,8 +313,8 @@ export class SourceIngest {
       await this.db.transaction(async (tx) => {
         if (events.length > 0) {
           const keys = events.map((e) => e.key);
-          if (keys.some((key) => key !== null)) await tx.query(deps.queries.lockKeys.text, [keys, deps.queue]);
-          ({ rows } = await tx.query<StoredJob>(deps.queries.storeEvents.text, [
+          if (keys.some((key) => key !== null)) await tx.run(deps.queries.lockKeys, [keys, deps.queue]);
+          ({ rows } = await tx.run<StoredJob>(deps.queries.storeEvents, [
             events.map((e) => e.jobId),
             events.map((e) => e.type),
             keys,
@@ -329,7 +329,7 @@ export class SourceIngest {
           ]));
         }
         if (dead.length > 0) {
-          await tx.query(deps.queries.storeDeadLetters.text, [
+          await tx.run(deps.queries.storeDeadLetters, [
             dead.map((d) => d.jobId),
             dead.map((d) => d.type),
             dead.map((d) => d.category),

@@ -1,4 +1,4 @@
-import type { Queryable } from '../storage/driver.ts';
+import { runNamed, type Queryable } from '../storage/driver.ts';
 import type { FanOutQueries } from './fanout-queries.ts';
 import { storedRowOf } from './stored-event.ts';
 import type { RelayedEvent, RelayTarget } from './target.ts';
@@ -18,8 +18,8 @@ export async function fanOut(db: Queryable, queries: FanOutQueries, events: read
   const types = rows.map((r) => r.type);
   const xids = rows.map((r) => r.xid);
   const keys = rows.map((r) => r.subject);
-  if (keys.some((key) => key !== null)) await db.query(queries.lockKeys.text, [types, xids, keys, group]);
-  const { rowCount } = await db.query(queries.fanOut.text, [
+  if (keys.some((key) => key !== null)) await runNamed(db, queries.lockKeys, [types, xids, keys, group]);
+  const { rowCount } = await runNamed(db, queries.fanOut, [
     rows.map((r) => r.id),
     types,
     xids,

@@ -21,6 +21,20 @@ export interface Transaction extends Queryable {
   exec(script: string): Promise<void>;
 }
 
+/**
+ * Runs a named statement through `db`: prepared once per connection where `db`
+ * can (a driver, or a transaction mailroom opened), sent as its text where it
+ * cannot (a caller's transaction handle). Statements a transaction sends as
+ * text are parsed and planned anew each time.
+ *
+ * @example
+ * const { rowCount } = await runNamed(context.tx, queries.fanOut, params);
+ */
+export function runNamed<R = Record<string, unknown>>(db: Queryable, query: NamedQuery, params: readonly unknown[]): Promise<QueryResult<R>> {
+  const run = (db as Partial<Transaction>).run;
+  return typeof run === 'function' ? run.call(db, query, params) as Promise<QueryResult<R>> : db.query<R>(query.text, params);
+}
+
 /** A named statement that node-postgres prepares once per connection. */
 export interface NamedQuery {
   name: string;
