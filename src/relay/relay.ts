@@ -518,7 +518,7 @@ export class Relay extends SafeEmitter<RelayEvents> {
       // A relay paused with the round open (SIGSTOP) must not hold the cursor past its lease: the
       // server ends a transaction left idle that long.
       const result = await this.db.transaction(async (tx): Promise<Round> => {
-        const begun = await tx.query<{ cursor_xid: string; cursor_position: string }>(this.queries.beginRound.text, [name, this.id, token, this.options.leaseMs]);
+        const begun = await tx.run<{ cursor_xid: string; cursor_position: string }>(this.queries.beginRound, [name, this.id, token, this.options.leaseMs]);
         const row = begun.rows[0];
         if (!row) return { kind: 'lost' };
         const cursor = { xid: BigInt(row.cursor_xid), position: BigInt(row.cursor_position) };
@@ -532,7 +532,7 @@ export class Relay extends SafeEmitter<RelayEvents> {
         sent = events;
         if (events.length > 0) await publishTraced(s.target, events, { tx, origin, signal: this.halt.signal });
         const next = plan.cursor;
-        const advanced = await tx.query(this.queries.advance.text, [name, this.id, token, String(next.xid), String(next.position), events.length]);
+        const advanced = await tx.run(this.queries.advance, [name, this.id, token, String(next.xid), String(next.position), events.length]);
         if (advanced.rowCount !== 1) throw new LeaseLost('lease lost during the round');
         return { kind: 'done', delivered: events.length, exhausted: plan.exhausted, blockedBy: plan.blockedBy, fence, cursor: next };
       }, { idleTimeoutMs: Math.max(1, Math.ceil(this.options.leaseMs)) });
