@@ -21,6 +21,7 @@ export interface JobQueries {
   claim: NamedQuery;
   claimWithFollowers: NamedQuery;
   complete: NamedQuery;
+  completeOne: NamedQuery;
   completeRecordingInbox: NamedQuery;
   fail: NamedQuery;
   reschedule: NamedQuery;
@@ -288,6 +289,16 @@ export function jobQueries(quotedSchema: string): JobQueries {
     complete: q(
       'complete',
       completeBatch(s),
+    ),
+    // $1 id, $2 claim token: the completion of one job (a handler's transaction, a batch of one).
+    // Its parameters are scalars, so PostgreSQL plans it once per connection (a probe of the
+    // primary key): the batched form, whose plan depends on the arrays' length, is planned anew
+    // on every run (0.15-0.3 ms, docs/BENCHMARKS.md, session 43).
+    completeOne: q(
+      'complete_one',
+      `UPDATE ${s}.jobs AS j SET state = 'completed', finished_at = now(), locked_until = NULL
+        WHERE j.id = $1::uuid AND j.claim_count = $2::int AND ${activeFence('j')}
+       RETURNING j.id`,
     ),
     // $1 ids, $2 claims, $3 consumer groups, $4 inbox keys (null where a job has none): the
     // completion above, and in the same statement each completed job's inbox key (a consumer

@@ -64,8 +64,10 @@ export class Completer {
     const ids = batch.map((p) => p.id);
     const claims = batch.map((p) => p.claim);
     const withInbox = batch.some((p) => p.inbox !== undefined);
-    const query = withInbox ? this.queries.completeRecordingInbox : this.queries.complete;
-    const params = withInbox ? [ids, claims, batch.map((p) => p.inbox?.group ?? null), batch.map((p) => p.inbox?.key ?? null)] : [ids, claims];
+    // A batch of one without an inbox key (a quiet queue, a key's chain) takes the statement planned once per connection.
+    const one = batch.length === 1 && !withInbox;
+    const query = withInbox ? this.queries.completeRecordingInbox : one ? this.queries.completeOne : this.queries.complete;
+    const params = withInbox ? [ids, claims, batch.map((p) => p.inbox?.group ?? null), batch.map((p) => p.inbox?.key ?? null)] : one ? [ids[0], claims[0]] : [ids, claims];
     let delay = 100;
     for (let attempt = 1; ; attempt++) {
       try {

@@ -133,7 +133,7 @@ export function cancelInTransaction(queries: JobQueries, id: string, claim: numb
 
 /** The fenced completion, inside the handler's transaction. */
 export function completeInTransaction(queries: JobQueries, id: string, claim: number): Finish {
-  return async (tx) => (await tx.run(queries.complete, [[id], [claim]])).rowCount === 1;
+  return async (tx) => (await tx.run(queries.completeOne, [id, claim])).rowCount === 1;
 }
 
 /**
