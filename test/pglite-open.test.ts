@@ -119,6 +119,36 @@ describe('opening the embedded database from the cached copy of a fresh one', ()
     await next.db.close();
   });
 
+  it('a directory whose parents do not exist is made with them, and the database starts there from the copy', { timeout: 120_000 }, async () => {
+    await ensureCopy();
+    const dir = join(root, 'no-parent', 'var', 'data');
+    const opened = await openPglite(dir);
+    assert.equal(opened.origin, 'cache');
+    await runsAJob(opened.db);
+    const reopened = await openPglite(dir);
+    assert.equal(reopened.origin, 'existing');
+    await reopened.db.close();
+    assert.ok(existsSync(cacheFile()!), 'the copy is kept');
+  });
+
+  it('the same cut-off copy for a directory that does not exist yet: the database is made there by initdb, and the copy is written again', { timeout: 120_000 }, async () => {
+    const file = cacheFile()!;
+    await ensureCopy();
+    const tar = gunzipSync(readFileSync(file));
+    writeFileSync(file, gzipSync(tar.subarray(0, Math.floor((tar.length * 0.9) / 512) * 512)));
+    const dir = join(root, 'not-there-yet', 'data');
+    assert.equal(existsSync(dir), false);
+    const opened = await openPglite(dir);
+    assert.equal(opened.origin, 'initdb');
+    await runsAJob(opened.db);
+    const reopened = await openPglite(dir);
+    assert.equal(reopened.origin, 'existing', 'the directory holds the database initdb made');
+    await reopened.db.close();
+    const next = await openPglite();
+    assert.equal(next.origin, 'cache', 'the copy is written again');
+    await next.db.close();
+  });
+
   it('a directory with other files in it is left to PGlite: the copy is not unpacked over them', { timeout: 120_000 }, async () => {
     await ensureCopy();
     const dir = join(root, 'not-a-database');

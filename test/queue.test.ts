@@ -436,6 +436,46 @@ for (const db of testDatabases()) {
       await stale.stop({ timeout: 10 });
     });
 
+    for (const through of ['the worker\'s completion', 'ctx.tx'] as const) {
+      it(`fences a stale attempt while the next one runs: its completion through ${through} is refused, and the newer attempt completes the job`, async () => {
+        const { mailroom, schema, sql } = await db.open();
+        const job = defineJob('queue.fence-running', { queue: 'fence-running', retry: quick });
+        const id = await mailroom.enqueue(job, {});
+        let releaseStale!: () => void;
+        const staleGate = new Promise<void>((r) => (releaseStale = r));
+        let releaseFresh!: () => void;
+        const freshGate = new Promise<void>((r) => (releaseFresh = r));
+        const stale = mailroom.worker({
+          queues: ['fence-running'], lease: 200, maintenance: false,
+          handlers: { [job.name]: async (_j, ctx) => { await staleGate; if (through === 'ctx.tx') await ctx.tx.query('SELECT 1'); } },
+        });
+        await stale.start();
+        await eventually(() => stale.activeCount === 1);
+        freezeHeartbeats(stale); // as SIGSTOP would: the lease runs out
+        await eventually(async () => (await sql<{ n: number }>(`SELECT count(*)::int AS n FROM "${schema}".jobs WHERE locked_until < now()`))[0]!.n === 1);
+        assert.equal((await mailroom.maintain()).rescued, 1);
+        const fresh = mailroom.worker({ queues: ['fence-running'], maintenance: false, pollInterval: 20, handlers: { [job.name]: () => freshGate } });
+        await fresh.start();
+        await eventually(() => fresh.activeCount === 1);
+        // The stale attempt finishes while the newer one is still running: the job is active, under claim 2.
+        const staleResult = waitForEvents(stale, 'stale', 1);
+        releaseStale();
+        await staleResult;
+        const during = await mailroom.jobs.get(id);
+        assert.equal(during?.state, 'active', 'the stale completion was refused: the newer attempt still holds the job');
+        assert.equal(during?.lockedBy, fresh.id);
+        const freshDone = waitForEvents(fresh, 'completed', 1);
+        releaseFresh();
+        await freshDone;
+        const info = await mailroom.jobs.get(id);
+        assert.equal(info?.state, 'completed');
+        assert.equal(info?.attempts, 2);
+        assert.equal(info?.lockedBy, fresh.id);
+        await fresh.stop();
+        await stale.stop({ timeout: 10 });
+      });
+    }
+
     it('rescues a crashed worker\'s jobs and dead-letters a job that keeps crashing its worker', async () => {
       const { mailroom } = await db.open();
       const job = defineJob('queue.crash', { queue: 'crash', retry: { maxAttempts: 2 } });

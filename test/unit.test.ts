@@ -706,17 +706,22 @@ describe('CoalescingBatch', () => {
 
 describe('Completer', () => {
   const query = (name: string): NamedQuery => ({ name, text: name });
-  const queries = { complete: query('complete'), completeRecordingInbox: query('complete_recording_inbox') } as unknown as JobQueries;
-  /** A driver whose `run` answers with `answer` (a stand-in: what is tested is the completer's retrying). */
-  const fakeDriver = (answer: (attempt: number, params: readonly unknown[]) => string[]): { driver: Driver; calls: number } => {
-    const state = { calls: 0, driver: undefined as unknown as Driver };
+  const queries = { complete: query('complete'), completeOne: query('complete_one'), completeRecordingInbox: query('complete_recording_inbox') } as unknown as JobQueries;
+  /**
+   * A driver whose `run` answers with `answer`, given the ids written (a stand-in: what is tested is
+   * the completer's retrying and its choice of statement); it records each statement's name and parameters.
+   */
+  const fakeDriver = (answer: (attempt: number, ids: readonly string[]) => string[]): { driver: Driver; calls: number; sent: [string, unknown[]][] } => {
+    const state = { calls: 0, sent: [] as [string, unknown[]][], driver: undefined as unknown as Driver };
     state.driver = {
-      run: async (_q: NamedQuery, params: readonly unknown[]) => {
-        const rows = answer(++state.calls, params).map((id) => ({ id }));
+      run: async (q: NamedQuery, params: readonly unknown[]) => {
+        state.sent.push([q.name, [...params]]);
+        const ids = Array.isArray(params[0]) ? (params[0] as string[]) : [params[0] as string];
+        const rows = answer(++state.calls, ids).map((id) => ({ id }));
         return { rows, rowCount: rows.length };
       },
     } as unknown as Driver;
-    return state as { driver: Driver; calls: number };
+    return state;
   };
   const hooks = (reported: unknown[]) => ({ report: (e: unknown) => reported.push(e), givingUp: () => false, serialize: <T>(w: () => Promise<T>) => w() });
   const conflict = (code: string) => Object.assign(new Error(`conflict ${code}`), { code });
@@ -728,9 +733,9 @@ describe('Completer', () => {
     assert.equal(isConcurrencyConflict(null), false);
     for (const code of ['40P01', '40001']) {
       const reported: unknown[] = [];
-      const fake = fakeDriver((attempt, params) => {
+      const fake = fakeDriver((attempt, ids) => {
         if (attempt === 1) throw conflict(code);
-        return (params[0] as string[]).filter((id) => id !== 'stale');
+        return ids.filter((id) => id !== 'stale');
       });
       const completer = new Completer(fake.driver, queries, hooks(reported));
       const results = await Promise.all([completer.complete('a', 1), completer.complete('stale', 1)]);
@@ -742,16 +747,31 @@ describe('Completer', () => {
 
   test('other failures, and a second conflict, are reported and retried with backoff', async () => {
     const reported: unknown[] = [];
-    const fake = fakeDriver((attempt, params) => {
+    const fake = fakeDriver((attempt, ids) => {
       if (attempt === 1) throw conflict('40P01');
       if (attempt === 2) throw conflict('40P01');
       if (attempt === 3) throw conflict('57P01');
-      return params[0] as string[];
+      return [...ids];
     });
     const completer = new Completer(fake.driver, queries, hooks(reported));
     assert.equal(await completer.complete('a', 1), true);
     assert.equal(fake.calls, 4);
     assert.deepEqual(reported.map((e) => (e as { code: string }).code), ['40P01', '57P01']);
+  });
+
+  test('a batch of one without an inbox key is written with the single-job statement, scalar parameters; larger batches and inbox keys with the batched ones', async () => {
+    const fake = fakeDriver((_attempt, ids) => ids.filter((id) => id !== 'stale'));
+    const completer = new Completer(fake.driver, queries, hooks([]));
+    assert.equal(await completer.complete('a', 3), true);
+    assert.equal(await completer.complete('stale', 1), false, 'the single statement reports a fenced-out job as not completed');
+    assert.deepEqual(await Promise.all([completer.complete('b', 1), completer.complete('c', 2)]), [true, true]);
+    assert.equal(await completer.complete('d', 1, { group: 'g', key: 'k' }), true);
+    assert.deepEqual(fake.sent, [
+      ['complete_one', ['a', 3]],
+      ['complete_one', ['stale', 1]],
+      ['complete', [['b', 'c'], [1, 2]]],
+      ['complete_recording_inbox', [['d'], [1], ['g'], ['k']]],
+    ]);
   });
 });
 
