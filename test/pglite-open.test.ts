@@ -8,13 +8,13 @@
 import assert from 'node:assert/strict';
 import { existsSync, mkdirSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
-import { join } from 'node:path';
+import { dirname, join } from 'node:path';
 import { gunzipSync, gzipSync } from 'node:zlib';
 import { after, before, describe, it } from 'node:test';
 import type { PGlite } from '@electric-sql/pglite';
 import { createMailroom, defineJob, handle, MailroomError } from '../src/index.ts';
 import { runJobs } from '../src/testing/index.ts';
-import { cacheFile, openPglite } from '../src/storage/pglite-open.ts';
+import { cacheFile, openPglite, type OpenedPglite } from '../src/storage/pglite-open.ts';
 
 const hello = defineJob<{ to: string }>('pglite-open.hello', { queue: 'q' });
 
@@ -38,6 +38,27 @@ async function runsAJob(db: PGlite): Promise<void> {
 async function ensureCopy(): Promise<void> {
   if (!existsSync(cacheFile()!)) await (await openPglite()).db.close();
   assert.ok(existsSync(cacheFile()!));
+}
+
+/** Opens `dir` (expecting `origin`), runs a job there, and reopens it: the database stayed in it. */
+async function opensAndKeeps(dir: string, origin: OpenedPglite['origin']): Promise<void> {
+  const opened = await openPglite(dir);
+  assert.equal(opened.origin, origin);
+  await runsAJob(opened.db);
+  const reopened = await openPglite(dir);
+  assert.equal(reopened.origin, 'existing', 'the directory holds the database');
+  await reopened.db.close();
+}
+
+/**
+ * Replaces the cached copy with its tar's first nine tenths, gzipped whole: PGlite unpacks most of
+ * the database (base/, global/, pg_wal/…) from it and fails to start.
+ */
+async function writeCutOffCopy(): Promise<void> {
+  await ensureCopy();
+  const file = cacheFile()!;
+  const tar = gunzipSync(readFileSync(file));
+  writeFileSync(file, gzipSync(tar.subarray(0, Math.floor((tar.length * 0.9) / 512) * 512)));
 }
 
 describe('opening the embedded database from the cached copy of a fresh one', () => {
@@ -100,53 +121,27 @@ describe('opening the embedded database from the cached copy of a fresh one', ()
     await next.db.close();
   });
 
-  it('a copy whole to gzip whose database is cut off: what PGlite unpacked into the empty directory is removed, initdb makes the database there, and the copy is written again', { timeout: 120_000 }, async () => {
-    const file = cacheFile()!;
-    await ensureCopy();
-    // The tar's first nine tenths: PGlite unpacks most of the database (base/, global/, pg_wal/…) and fails to start.
-    const tar = gunzipSync(readFileSync(file));
-    writeFileSync(file, gzipSync(tar.subarray(0, Math.floor((tar.length * 0.9) / 512) * 512)));
-    const dir = join(root, 'after-unloadable');
-    mkdirSync(dir);
-    const opened = await openPglite(dir);
-    assert.equal(opened.origin, 'initdb');
-    await runsAJob(opened.db);
-    const reopened = await openPglite(dir);
-    assert.equal(reopened.origin, 'existing');
-    await reopened.db.close();
-    const next = await openPglite();
-    assert.equal(next.origin, 'cache', 'the copy is written again');
-    await next.db.close();
-  });
+  for (const [where, dir, made] of [
+    ['an empty directory', 'after-unloadable', true],
+    ['a directory two levels below one that does not exist', join('not-there-yet', 'data'), false],
+  ] as const) {
+    it(`a copy whole to gzip whose database is cut off, for ${where}: what PGlite unpacked is removed, initdb makes the database there, and the copy is written again`, { timeout: 120_000 }, async () => {
+      await writeCutOffCopy();
+      const path = join(root, dir);
+      if (made) mkdirSync(path);
+      else assert.equal(existsSync(dirname(path)), false);
+      await opensAndKeeps(path, 'initdb');
+      const next = await openPglite();
+      assert.equal(next.origin, 'cache', 'the copy is written again');
+      await next.db.close();
+    });
+  }
 
   it('a directory whose parents do not exist is made with them, and the database starts there from the copy', { timeout: 120_000 }, async () => {
     await ensureCopy();
     const dir = join(root, 'no-parent', 'var', 'data');
-    const opened = await openPglite(dir);
-    assert.equal(opened.origin, 'cache');
-    await runsAJob(opened.db);
-    const reopened = await openPglite(dir);
-    assert.equal(reopened.origin, 'existing');
-    await reopened.db.close();
+    await opensAndKeeps(dir, 'cache');
     assert.ok(existsSync(cacheFile()!), 'the copy is kept');
-  });
-
-  it('the same cut-off copy for a directory that does not exist yet: the database is made there by initdb, and the copy is written again', { timeout: 120_000 }, async () => {
-    const file = cacheFile()!;
-    await ensureCopy();
-    const tar = gunzipSync(readFileSync(file));
-    writeFileSync(file, gzipSync(tar.subarray(0, Math.floor((tar.length * 0.9) / 512) * 512)));
-    const dir = join(root, 'not-there-yet', 'data');
-    assert.equal(existsSync(dir), false);
-    const opened = await openPglite(dir);
-    assert.equal(opened.origin, 'initdb');
-    await runsAJob(opened.db);
-    const reopened = await openPglite(dir);
-    assert.equal(reopened.origin, 'existing', 'the directory holds the database initdb made');
-    await reopened.db.close();
-    const next = await openPglite();
-    assert.equal(next.origin, 'cache', 'the copy is written again');
-    await next.db.close();
   });
 
   it('a directory with other files in it is left to PGlite: the copy is not unpacked over them', { timeout: 120_000 }, async () => {

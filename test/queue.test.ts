@@ -7,7 +7,7 @@ import { describe, it } from 'node:test';
 import assert from 'node:assert/strict';
 import pg from 'pg';
 import type { PGlite } from '@electric-sql/pglite';
-import { cancel, createMailroom, defineEvent, defineJob, PermanentError, RateLimitedError, RetryableError, snooze, TransactionEndedError, type Job } from '../src/index.ts';
+import { cancel, createMailroom, defineEvent, defineJob, PermanentError, RateLimitedError, RetryableError, snooze, TransactionEndedError, type Job, type Mailroom, type Worker } from '../src/index.ts';
 import { databaseUrl, testDatabases, uniqueSchema } from './helpers/databases.ts';
 import { jobQueries } from '../src/jobs/queries.ts';
 import { controlQueries } from '../src/jobs/control-queries.ts';
@@ -404,8 +404,24 @@ for (const db of testDatabases()) {
       assert.equal(info?.errors[0]?.category, 'timeout');
     });
 
+    /** Freezes `stale`'s heartbeats (as SIGSTOP would), waits until its job's lease ran out, and rescues it. */
+    const rescueFrom = async (stale: Worker, opened: Awaited<ReturnType<typeof db.open>>): Promise<void> => {
+      freezeHeartbeats(stale);
+      await eventually(async () => (await opened.sql<{ n: number }>(`SELECT count(*)::int AS n FROM "${opened.schema}".jobs WHERE locked_until < now()`))[0]!.n === 1);
+      assert.equal((await opened.mailroom.maintain()).rescued, 1);
+    };
+    /** The job was completed by its second attempt, on `fresh`. */
+    const completedBy = async (mailroom: Mailroom, id: string, fresh: Worker): Promise<void> => {
+      const info = await mailroom.jobs.get(id);
+      assert.equal(info?.state, 'completed');
+      assert.equal(info?.attempts, 2);
+      assert.equal(info?.lockedBy, fresh.id);
+      assert.deepEqual(info?.errors.map((e) => e.category), ['lease-expired']);
+    };
+
     it('fences a stale attempt: after its lease is rescued and re-claimed, the old worker cannot complete or fail it', async () => {
-      const { mailroom, schema, sql } = await db.open();
+      const opened = await db.open();
+      const { mailroom } = opened;
       const job = defineJob('queue.fence', { queue: 'fence', retry: quick });
       const id = await mailroom.enqueue(job, {});
       let release!: () => void;
@@ -417,9 +433,7 @@ for (const db of testDatabases()) {
       });
       await stale.start();
       await started;
-      freezeHeartbeats(stale);
-      await eventually(async () => (await sql<{ n: number }>(`SELECT count(*)::int AS n FROM "${schema}".jobs WHERE locked_until < now()`))[0]!.n === 1);
-      assert.equal((await mailroom.maintain()).rescued, 1);
+      await rescueFrom(stale, opened);
       const fresh = mailroom.worker({ queues: ['fence'], maintenance: false, pollInterval: 20, handlers: { [job.name]: () => {} } });
       const freshDone = waitForEvents(fresh, 'completed', 1);
       await fresh.start();
@@ -427,18 +441,15 @@ for (const db of testDatabases()) {
       const staleResult = waitForEvents(stale, 'stale', 1);
       release();
       await staleResult;
-      const info = await mailroom.jobs.get(id);
-      assert.equal(info?.state, 'completed');
-      assert.equal(info?.attempts, 2);
-      assert.equal(info?.lockedBy, fresh.id);
-      assert.deepEqual(info?.errors.map((e) => e.category), ['lease-expired']);
+      await completedBy(mailroom, id, fresh);
       await fresh.stop();
       await stale.stop({ timeout: 10 });
     });
 
     for (const through of ['the worker\'s completion', 'ctx.tx'] as const) {
       it(`fences a stale attempt while the next one runs: its completion through ${through} is refused, and the newer attempt completes the job`, async () => {
-        const { mailroom, schema, sql } = await db.open();
+        const opened = await db.open();
+        const { mailroom } = opened;
         const job = defineJob('queue.fence-running', { queue: 'fence-running', retry: quick });
         const id = await mailroom.enqueue(job, {});
         let releaseStale!: () => void;
@@ -451,9 +462,7 @@ for (const db of testDatabases()) {
         });
         await stale.start();
         await eventually(() => stale.activeCount === 1);
-        freezeHeartbeats(stale); // as SIGSTOP would: the lease runs out
-        await eventually(async () => (await sql<{ n: number }>(`SELECT count(*)::int AS n FROM "${schema}".jobs WHERE locked_until < now()`))[0]!.n === 1);
-        assert.equal((await mailroom.maintain()).rescued, 1);
+        await rescueFrom(stale, opened);
         const fresh = mailroom.worker({ queues: ['fence-running'], maintenance: false, pollInterval: 20, handlers: { [job.name]: () => freshGate } });
         await fresh.start();
         await eventually(() => fresh.activeCount === 1);
@@ -467,10 +476,7 @@ for (const db of testDatabases()) {
         const freshDone = waitForEvents(fresh, 'completed', 1);
         releaseFresh();
         await freshDone;
-        const info = await mailroom.jobs.get(id);
-        assert.equal(info?.state, 'completed');
-        assert.equal(info?.attempts, 2);
-        assert.equal(info?.lockedBy, fresh.id);
+        await completedBy(mailroom, id, fresh);
         await fresh.stop();
         await stale.stop({ timeout: 10 });
       });
