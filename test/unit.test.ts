@@ -24,7 +24,7 @@ import { Signal } from '../src/worker/signal.ts';
 import { CoalescingBatch } from '../src/storage/coalescing-batch.ts';
 import { isConcurrencyConflict } from '../src/storage/conflicts.ts';
 import { Completer } from '../src/worker/completer.ts';
-import type { Driver, NamedQuery, QueryResult } from '../src/storage/driver.ts';
+import { runNamed, type Driver, type NamedQuery, type QueryResult } from '../src/storage/driver.ts';
 import { planBatch } from '../src/relay/read-batch.ts';
 import { knownCursorStillHeld } from '../src/relay/known-cursor.ts';
 import { relayQueries } from '../src/relay/relay-queries.ts';
@@ -701,6 +701,25 @@ describe('CoalescingBatch', () => {
     await batch.drain();
     assert.equal(written, 1);
     assert.equal(await later, true);
+  });
+});
+
+describe('runNamed', () => {
+  test('runs the named statement where the handle can prepare it, and its text where it cannot (a caller\'s transaction)', async () => {
+    const statement: NamedQuery = { name: 'mailroom_thing_s', text: 'SELECT $1::int AS n' };
+    const sent: unknown[][] = [];
+    const answer = { rows: [{ n: 1 }], rowCount: 1 } as QueryResult<never>;
+    const preparing = {
+      run: async (q: NamedQuery, params: readonly unknown[]) => (sent.push(['run', q.name, ...params]), answer),
+      query: async (text: string, params?: readonly unknown[]) => (sent.push(['query', text, ...(params ?? [])]), answer),
+    };
+    const plain = { query: preparing.query };
+    assert.deepEqual(await runNamed(preparing, statement, [1]), answer);
+    assert.deepEqual(await runNamed(plain, statement, [2]), answer);
+    assert.deepEqual(sent, [
+      ['run', 'mailroom_thing_s', 1],
+      ['query', 'SELECT $1::int AS n', 2],
+    ]);
   });
 });
 

@@ -6,7 +6,7 @@ import { TransactionEndedError, ValidationError } from '../errors.ts';
 import { newId } from '../ids.ts';
 import { checkOptionNames, type OptionNames } from '../option-names.ts';
 import { hasLoneSurrogate, LONE_SURROGATE_FIX, serializePayload, validatePayload } from '../payload.ts';
-import { asQueryable, type Driver, type Queryable, type TransactionLike } from '../storage/driver.ts';
+import { asQueryable, runNamed, type Driver, type Queryable, type TransactionLike } from '../storage/driver.ts';
 import type { JobQueries } from './queries.ts';
 import { currentContext } from '../observe/context.ts';
 import { inProducerSpan } from '../observe/tracing.ts';
@@ -208,8 +208,8 @@ export async function enqueueJobs<TData, TInput>(
       const late = ours.length > 0 ? await recentlyCompleted(db, queries, def.name, ours, keyWindowMs) : new Map<string, string>();
       const withdrawn = ours.filter((r) => late.has(r.key!));
       if (withdrawn.length > 0) {
-        await db.query(queries.cancelWithdrawn.text, [withdrawn.map((r) => r.id)]);
-        await db.query(queries.deleteWithdrawn.text, [withdrawn.map((r) => r.id)]);
+        await runNamed(db, queries.cancelWithdrawn, [withdrawn.map((r) => r.id)]);
+        await runNamed(db, queries.deleteWithdrawn, [withdrawn.map((r) => r.id)]);
         for (const r of withdrawn) idOf.set(r, late.get(r.key!)!);
       }
     }
@@ -225,7 +225,7 @@ export async function enqueueJobs<TData, TInput>(
 async function recentlyCompleted(db: Queryable, queries: JobQueries, type: string, rows: PreparedRow[], windowMs: number): Promise<Map<string, string>> {
   const keys = rows.flatMap((r) => (r.key === null ? [] : [r.key]));
   if (keys.length === 0) return new Map();
-  const { rows: found } = await db.query<{ id: string; dedup_key: string }>(queries.findRecentlyCompletedByKey.text, [type, keys, windowMs]);
+  const { rows: found } = await runNamed<{ id: string; dedup_key: string }>(db, queries.findRecentlyCompletedByKey, [type, keys, windowMs]);
   return new Map(found.map((r) => [r.dedup_key, r.id]));
 }
 
@@ -237,7 +237,7 @@ function transactionEnded(what: string): TransactionEndedError {
 
 /** The xid of the transaction `db` is in (in autocommit, a new one per statement). */
 async function transactionXid(db: Queryable, queries: JobQueries, what: string): Promise<string> {
-  const { rows } = await db.query<{ xid: string }>(queries.currentXid.text).catch((error: unknown) => {
+  const { rows } = await runNamed<{ xid: string }>(db, queries.currentXid, []).catch((error: unknown) => {
     // PGlite's transaction object refuses on its own once the transaction is over.
     throw error instanceof Error && /transaction is closed/i.test(error.message) ? transactionEnded(what) : error;
   });
@@ -270,8 +270,8 @@ async function insertKeyed(db: Queryable, queries: JobQueries, params: unknown[]
       return await tx.run<{ id: string }>(queries.enqueueKeyed, [...params, null]);
     });
   }
-  await db.query(queries.lockEnqueueKeys.text, lockParams);
-  return await db.query<{ id: string }>(queries.enqueueKeyed.text, [...params, xid]);
+  await runNamed(db, queries.lockEnqueueKeys, lockParams);
+  return await runNamed<{ id: string }>(db, queries.enqueueKeyed, [...params, xid]);
 }
 
 /**
@@ -336,12 +336,11 @@ async function insertRows(
 ): Promise<string[]> {
   // Many jobs with ordering keys and no dedup keys: the keys locked, then the ordering done set-wise.
   const setWise = rows.length >= SET_WISE_MIN_ROWS && rows.some((r) => r.orderingKey !== null) && rows.every((r) => r.key === null);
-  // On the pool, the statement is prepared once per connection (named); in a transaction it goes as is.
+  // Prepared once per connection on the pool and in mailroom's own transactions; in a caller's it goes as text (runNamed).
   const insert = setWise
     ? (params: unknown[]) => insertKeyed(db, queries, params, shared.xid)
-    : isDriver(db)
-      ? (params: unknown[]) => db.run<{ id: string }>(queries.enqueue, params)
-      : (params: unknown[]) => db.query<{ id: string }>(shared.xid === null ? queries.enqueue.text : queries.enqueueInTransaction.text, shared.xid === null ? params : [...params, shared.xid]);
+    : (params: unknown[]) =>
+        runNamed<{ id: string }>(db, shared.xid === null ? queries.enqueue : queries.enqueueInTransaction, shared.xid === null ? params : [...params, shared.xid]);
   const { rows: inserted } = await insert([
     rows.map((r) => r.id),
     def.queue,
@@ -365,7 +364,7 @@ async function insertRows(
   // Some keys were taken by unfinished jobs: answer with their ids.
   const insertedIds = new Set(inserted.map((r) => r.id));
   const skipped = rows.filter((r) => !insertedIds.has(r.id));
-  const { rows: existing } = await db.query<{ id: string; dedup_key: string }>(queries.findUnfinishedByKey.text, [
+  const { rows: existing } = await runNamed<{ id: string; dedup_key: string }>(db, queries.findUnfinishedByKey, [
     def.name,
     skipped.map((r) => r.key),
   ]);

@@ -14,7 +14,7 @@
  */
 import { existsSync, mkdirSync, readdirSync, readFileSync, renameSync, rmSync, writeFileSync } from 'node:fs';
 import { homedir, platform } from 'node:os';
-import { dirname, join, resolve } from 'node:path';
+import { dirname, join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { gunzipSync } from 'node:zlib';
 import { PGlite } from '@electric-sql/pglite';
@@ -45,7 +45,7 @@ export async function openPglite(dataDir?: string): Promise<OpenedPglite> {
   }
   if (before === 'database') return { db: await PGlite.create(dataDir), origin: 'existing' };
   // PGlite makes the directory itself, but not its parents: './var/mailroom/db' failed with ENOENT when ./var was missing.
-  if (before === 'missing') mkdirSync(dirname(resolve(dataDir!)), { recursive: true });
+  if (before === 'missing') mkdirSync(dirname(dataDir!), { recursive: true });
   // Only into memory, a new directory or an empty one: a failed load can then be undone whole.
   const file = before === 'other files' ? null : cacheFile();
   const copy = file === null ? null : readCopy(file);

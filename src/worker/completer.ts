@@ -1,4 +1,4 @@
-import type { Driver } from '../storage/driver.ts';
+import type { Driver, NamedQuery } from '../storage/driver.ts';
 import { CoalescingBatch } from '../storage/coalescing-batch.ts';
 import { isConcurrencyConflict } from '../storage/conflicts.ts';
 import type { JobQueries } from '../jobs/queries.ts';
@@ -60,14 +60,18 @@ export class Completer {
     await this.batches.drain();
   }
 
-  private async write(batch: Completion[]): Promise<Set<string>> {
+  /** The statement for a batch: with inbox keys, recording them; a batch of one (a quiet queue, a key's chain) the one planned once per connection. */
+  private statementFor(batch: Completion[]): [NamedQuery, unknown[]] {
     const ids = batch.map((p) => p.id);
     const claims = batch.map((p) => p.claim);
-    const withInbox = batch.some((p) => p.inbox !== undefined);
-    // A batch of one without an inbox key (a quiet queue, a key's chain) takes the statement planned once per connection.
-    const one = batch.length === 1 && !withInbox;
-    const query = withInbox ? this.queries.completeRecordingInbox : one ? this.queries.completeOne : this.queries.complete;
-    const params = withInbox ? [ids, claims, batch.map((p) => p.inbox?.group ?? null), batch.map((p) => p.inbox?.key ?? null)] : one ? [ids[0], claims[0]] : [ids, claims];
+    if (batch.some((p) => p.inbox !== undefined)) {
+      return [this.queries.completeRecordingInbox, [ids, claims, batch.map((p) => p.inbox?.group ?? null), batch.map((p) => p.inbox?.key ?? null)]];
+    }
+    return batch.length === 1 ? [this.queries.completeOne, [ids[0], claims[0]]] : [this.queries.complete, [ids, claims]];
+  }
+
+  private async write(batch: Completion[]): Promise<Set<string>> {
+    const [query, params] = this.statementFor(batch);
     let delay = 100;
     for (let attempt = 1; ; attempt++) {
       try {
