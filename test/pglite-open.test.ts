@@ -6,7 +6,8 @@
  * database opened is used for real: migrated, a job enqueued and run.
  */
 import assert from 'node:assert/strict';
-import { existsSync, mkdirSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
+import { execFileSync } from 'node:child_process';
+import { chmodSync, existsSync, mkdirSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { dirname, join } from 'node:path';
 import { gunzipSync, gzipSync } from 'node:zlib';
@@ -59,6 +60,29 @@ async function writeCutOffCopy(): Promise<void> {
   const file = cacheFile()!;
   const tar = gunzipSync(readFileSync(file));
   writeFileSync(file, gzipSync(tar.subarray(0, Math.floor((tar.length * 0.9) / 512) * 512)));
+}
+
+/**
+ * Makes `dir` one that nothing may be written to: immutable (`chattr +i`) for root, which permissions
+ * do not bind, read-only otherwise. Returns the undo, or null when neither holds here.
+ */
+function lockDirectory(dir: string): (() => void) | null {
+  const root = process.getuid?.() === 0;
+  const lock = (): void => (root ? void execFileSync('chattr', ['+i', dir], { stdio: 'ignore' }) : chmodSync(dir, 0o500));
+  const unlock = (): void => (root ? void execFileSync('chattr', ['-i', dir], { stdio: 'ignore' }) : chmodSync(dir, 0o700));
+  try {
+    lock();
+  } catch {
+    return null;
+  }
+  try {
+    writeFileSync(join(dir, 'probe'), '');
+  } catch {
+    return unlock;
+  }
+  rmSync(join(dir, 'probe'));
+  unlock();
+  return null;
 }
 
 describe('opening the embedded database from the cached copy of a fresh one', () => {
@@ -161,6 +185,33 @@ describe('opening the embedded database from the cached copy of a fresh one', ()
     writeFileSync(path, 'mine');
     await assert.rejects(openPglite(path), (error: unknown) => error instanceof MailroomError && error.message.includes(`${path} is a file, not a directory`));
     assert.equal(readFileSync(path, 'utf8'), 'mine');
+  });
+
+  it('a path below a file is refused with an error naming the file, and the file is left as it was', async () => {
+    const file = join(root, 'a-plain-file');
+    writeFileSync(file, 'mine');
+    const path = join(file, 'sub', 'db');
+    await assert.rejects(openPglite(path), (error: unknown) => error instanceof MailroomError && error.message.includes(`${path} cannot be made: ${file} is a file`));
+    assert.equal(readFileSync(file, 'utf8'), 'mine');
+  });
+
+  it('a directory PGlite may not write to fails with an error naming it, and the good copy is kept', { timeout: 120_000 }, async (t) => {
+    await ensureCopy();
+    const copy = readFileSync(cacheFile()!);
+    const dir = join(root, 'not-writable');
+    mkdirSync(dir);
+    const unlock = lockDirectory(dir);
+    try {
+      if (unlock === null) {
+        t.skip('cannot make a directory unwritable here (not root with chattr, and chmod does not bind root)');
+        return;
+      }
+      await assert.rejects(openPglite(dir), (error: unknown) => error instanceof MailroomError && error.message.includes(`could not open the embedded database in ${dir}`) && error.message.includes('check that the directory is writable'));
+      assert.deepEqual(readFileSync(cacheFile()!), copy, 'the copy was not to blame, and is kept as it was');
+    } finally {
+      unlock?.();
+    }
+    await opensAndKeeps(dir, 'cache');
   });
 
   it('MAILROOM_PGLITE_CACHE=off: no copy is read', { timeout: 120_000 }, async () => {

@@ -40,27 +40,57 @@ export interface OpenedPglite {
  */
 export async function openPglite(dataDir?: string): Promise<OpenedPglite> {
   const before = dataDir === undefined ? 'memory' : directoryState(dataDir);
-  if (before === 'not a directory') {
-    throw new MailroomError(`the embedded database's directory ${dataDir} is a file, not a directory: give a directory (a new one is made), or move the file`);
-  }
-  if (before === 'database') return { db: await PGlite.create(dataDir), origin: 'existing' };
+  if (before === 'not a directory') throw notADirectory(dataDir!);
+  if (before === 'database') return { db: await create(dataDir), origin: 'existing' };
   // PGlite makes the directory itself, but not its parents: './var/mailroom/db' failed with ENOENT when ./var was missing.
   if (before === 'missing') mkdirSync(dirname(dataDir!), { recursive: true });
   // Only into memory, a new directory or an empty one: a failed load can then be undone whole.
   const file = before === 'other files' ? null : cacheFile();
   const copy = file === null ? null : readCopy(file);
+  let copyFailed = false;
   if (copy !== null && file !== null) {
     try {
       return { db: await PGlite.create(dataDir, { loadDataDir: new Blob([copy]) }), origin: 'cache' };
     } catch {
-      // A damaged copy: undone, and made again below from the database initdb makes now.
-      rmSync(file, { force: true });
+      // Undone, and made again below. Only when that works was the copy to blame (a directory
+      // PGlite cannot write to fails both ways, and the good copy is kept).
+      copyFailed = true;
       if (dataDir !== undefined) emptyDirectory(dataDir, before === 'missing');
     }
   }
-  const db = await PGlite.create(dataDir);
-  if (file !== null) await saveCopy(db, file);
+  const db = await create(dataDir);
+  if (file !== null) {
+    if (copyFailed) rmSync(file, { force: true });
+    await saveCopy(db, file);
+  }
   return { db, origin: 'initdb' };
+}
+
+/** `PGlite.create`, its failures told as errors that name the directory (its own carry only an errno). */
+async function create(dataDir: string | undefined): Promise<PGlite> {
+  try {
+    return await PGlite.create(dataDir);
+  } catch (error) {
+    const where = dataDir === undefined ? 'in memory' : `in ${dataDir}`;
+    throw new MailroomError(`could not open the embedded database ${where}: ${pgliteFailure(error)}`, { cause: error });
+  }
+}
+
+/** Emscripten's file system errors carry a WASI errno and no message; the common ones by name. */
+const WASI_ERRNO: Record<number, string> = { 2: 'permission denied (EACCES)', 44: 'no such file or directory (ENOENT)', 51: 'no space left on the device (ENOSPC)', 54: 'a part of the path is not a directory (ENOTDIR)', 63: 'operation not permitted (EPERM)', 69: 'read-only file system (EROFS)' };
+
+function pgliteFailure(error: unknown): string {
+  const errno = (error as { errno?: unknown } | null)?.errno;
+  if (typeof errno === 'number') return `${WASI_ERRNO[errno] ?? `file system error ${errno}`}; check that the directory is writable and its disk not full, or give another directory`;
+  return error instanceof Error ? error.message : String(error);
+}
+
+/** The error for a path PGlite cannot use as a directory: it is a file, or a file stands where a parent should be. */
+function notADirectory(dataDir: string): MailroomError {
+  let path = dataDir;
+  while (dirname(path) !== path && !existsSync(path)) path = dirname(path);
+  if (path === dataDir) return new MailroomError(`the embedded database's directory ${dataDir} is a file, not a directory: give a directory (a new one is made), or move the file`);
+  return new MailroomError(`the embedded database's directory ${dataDir} cannot be made: ${path} is a file, not a directory; give another path, or move the file`);
 }
 
 type DirectoryState = 'missing' | 'empty' | 'database' | 'other files' | 'not a directory';
