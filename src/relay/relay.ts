@@ -1,6 +1,5 @@
 import { stopController } from '../stop-controller.ts';
 import { SafeEmitter } from '../observe/safe-emitter.ts';
-import { publishTraced } from './traced-publish.ts';
 import type { SafetyWarning } from '../brokers/safety.ts';
 import { MailroomError } from '../errors.ts';
 import { toMilliseconds, type Duration } from '../duration.ts';
@@ -10,82 +9,20 @@ import { PeriodicPass, RUN_TO_END, type PassControl } from '../storage/periodic-
 import { abortableDriver } from '../storage/abortable-driver.ts';
 import { endOrCut, graceLeft, STOP_GRACE_MS, unlessAborted, within } from '../time-limit.ts';
 import { inBatches } from '../storage/batches.ts';
-import { findHolder, type HeldBackBy } from './held-back.ts';
-import { knownCursorStillHeld, type KnownCursor } from './known-cursor.ts';
+import { afterRound, stalled } from './after-round.ts';
 import type { ResolvedRelayOptions } from './options.ts';
-import { planBatch, readFence, type OutboxPoint } from './read-batch.ts';
-import { NO_TRANSACTION, readBatch, type ReadBatch } from './read-ahead.ts';
+import { dropReadAhead, readAheadRound } from './read-ahead-round.ts';
+import type { RelayEvents, RelayFlushResult } from './relay-events.ts';
 import type { RelayQueries } from './relay-queries.ts';
-import { StoredEvent, storedRowOf } from './stored-event.ts';
-import type { RelayedEvent, RelayTarget } from './target.ts';
-import { ParkedEvents, type ParkedEvent } from './parking.ts';
-import { RefusedEventError } from './refused.ts';
+import type { Round, RoundHost, TargetState } from './round-state.ts';
+import { ParkedEvents } from './parking.ts';
+import { transactionalRound } from './transactional-round.ts';
 import { Waker } from '../worker/waker.ts';
 import { WakeGate, type WakeGateQueries } from '../storage/wake-gate.ts';
 import { ReadSize } from './read-size.ts';
 
-/** Events a relay emits. */
-export interface RelayEvents {
-  /** A batch was delivered to a target and its cursor advanced. */
-  delivered: [info: { target: string; count: number; cursor: { xid: string; position: string } }];
-  /** Committed events wait behind an open transaction (emitted when it starts, then every 10 s while it lasts). */
-  'held-back': [info: { target: string; waiting: number; heldBackBy: HeldBackBy }];
-  'lease-acquired': [info: { target: string; token: string }];
-  /** Another relay took the target over (this one had stopped renewing in time). */
-  'lease-lost': [info: { target: string }];
-  pruned: [info: { events: number; parked: number }];
-  /** A target refused an event for good and it was parked (`onRefused: 'park'`): the events after it go on. */
-  parked: [info: ParkedEvent];
-  /** A target's broker setting breaks a guarantee (found at start; printed with console.warn when nobody listens). */
-  warning: [warning: SafetyWarning];
-  /** Infrastructure trouble (database unreachable, a target failing). The relay keeps going. */
-  error: [error: unknown];
-}
+export type { RelayEvents, RelayFlushResult } from './relay-events.ts';
 
-/** What one `flush()` did per target. */
-export interface RelayFlushResult {
-  /** Events delivered. */
-  delivered: number;
-  /** True when committed events still wait behind an open transaction. */
-  heldBack: boolean;
-  /** False when another relay holds the target's lease (nothing was done). */
-  leased: boolean;
-}
-
-interface TargetState {
-  target: RelayTarget;
-  token: string | null;
-  /** Rounds of one target never overlap within a process. */
-  busy: Promise<unknown>;
-  /** Cuts this target's sleep short (NOTIFY, stop). */
-  waker: Waker;
-  heldBackSince: number | null;
-  lastHeldBackReport: number;
-  /** A read-ahead target's next batch, read (and for a pipelined target sent) while the last one was being confirmed. */
-  ahead: Promise<Ahead | null> | null;
-  /** Rounds in a row that found events deliverable and delivered none (see {@link Relay.stalled}). */
-  emptyAgain: number;
-  /** The target's parked events its cursor has not passed: left out of its batches. */
-  parked: ParkedEvents;
-  /** How many rows the next read asks for. */
-  readSize: ReadSize;
-  /** A read-ahead target's cursor as this relay last read or advanced it (see known-cursor.ts); taken by each round. */
-  known: KnownCursor | null;
-}
-
-/** A batch read ahead; `sent` settles with true when a pipelined target's conditional send of it was confirmed. */
-interface Ahead {
-  batch: ReadBatch;
-  sent: Promise<boolean> | null;
-}
-
-type Round =
-  | { kind: 'lost' }
-  | { kind: 'done'; delivered: number; exhausted: boolean; blockedBy: bigint | null; fence: bigint; cursor: OutboxPoint };
-
-class LeaseLost extends Error {}
-
-const HELD_BACK_REPORT_MS = 10_000;
 const HELD_BACK_RECHECK_MS = 50;
 /**
  * The longest wait between two looks while held back, whatever `pollInterval`: the end of the holding
@@ -98,8 +35,6 @@ const MAX_PRUNE_BATCHES = 100;
 const MAX_ERROR_BACKOFF_MS = 5_000;
 /** How often a running relay checks whether mailroom's tables need `ANALYZE` (src/storage/statistics.ts). */
 const STATISTICS_INTERVAL_MS = 5_000;
-/** Rounds in a row that found events deliverable yet delivered none: past this, a relay stops and says so instead of spinning. */
-const MAX_EMPTY_AGAIN = 100;
 
 /**
  * How late, with a relay running, an event whose broker confirm was lost can
@@ -140,6 +75,8 @@ export class Relay extends SafeEmitter<RelayEvents> {
   private readonly halt = stopController();
   /** The driver the rounds use: {@link halt} cancels what they run. */
   private readonly db: Driver;
+  /** What the rounds need from this relay. */
+  private readonly host: RoundHost;
 
   /** @internal use `mailroom.relay()` */
   constructor(
@@ -158,6 +95,17 @@ export class Relay extends SafeEmitter<RelayEvents> {
     this.id = options.id;
     this.db = abortableDriver(driver, this.halt.signal);
     const report = (error: unknown) => this.report(error);
+    this.host = {
+      id: this.id,
+      db: this.db,
+      queries,
+      options,
+      halt: this.halt.signal,
+      origin: () => this.origin(),
+      // EventEmitter's typed emit cannot be called with a generic event name; RoundHost.tell keeps the pairing typed.
+      tell: (event, ...info) => (this.emit as (name: string, ...args: unknown[]) => boolean).call(this, event, ...info),
+      report,
+    };
     this.gate = new WakeGate(driver, wakeQueries, ['outbox'], this.id, options.pollMs, report);
     // Only a relay holding a lease prunes; each pass ends after its current batch once the relay stops.
     const pruneEvery = Math.min(60_000, Math.max(1000, Math.floor(options.retentionMs / 10)));
@@ -277,7 +225,7 @@ export class Relay extends SafeEmitter<RelayEvents> {
       Promise.all(
         this.states.map(async (s, i) => {
           await s.busy; // a flush() in flight
-          await this.dropReadAhead(s);
+          await dropReadAhead(this.host, s);
           ended[i] = true;
         }),
       ),
@@ -367,9 +315,9 @@ export class Relay extends SafeEmitter<RelayEvents> {
         }
         entry.delivered += round.delivered;
         if (round.exhausted || round.blockedBy !== null) {
-          const after = await this.afterRound(s, round);
+          const after = await afterRound(this.host, s, round);
           if (after === 'again') {
-            if (!this.stalled(s, round)) {
+            if (!stalled(this.host, s, round)) {
               await yieldToTimers();
               continue;
             }
@@ -428,9 +376,9 @@ export class Relay extends SafeEmitter<RelayEvents> {
         }
         if (round.delivered > 0) this.gate.worked();
         if (!round.exhausted && round.blockedBy === null) continue; // more is waiting
-        const after = await this.afterRound(s, round);
+        const after = await afterRound(this.host, s, round);
         if (after === 'again') {
-          if (this.stalled(s, round)) await this.sleep(s, this.options.pollMs);
+          if (stalled(this.host, s, round)) await this.sleep(s, this.options.pollMs);
           continue;
         }
         s.emptyAgain = 0;
@@ -501,226 +449,9 @@ export class Relay extends SafeEmitter<RelayEvents> {
     return this.originRead;
   }
 
-  /**
-   * One batch for one target, in one transaction: the fenced start (zero rows:
-   * the lease is lost), the commit-safe read, the target's delivery, the cursor.
-   */
-  private async round(s: TargetState): Promise<Round> {
-    if (s.target.readAhead === true) return this.readAheadRound(s);
-    const token = s.token;
-    if (token === null) return { kind: 'lost' };
-    const name = s.target.name;
-    const origin = await this.origin();
-    const fence = await readFence(this.db, this.queries);
-    let start: OutboxPoint | null = null;
-    let sent: StoredEvent[] = [];
-    try {
-      // A relay paused with the round open (SIGSTOP) must not hold the cursor past its lease: the
-      // server ends a transaction left idle that long.
-      const result = await this.db.transaction(async (tx): Promise<Round> => {
-        const begun = await tx.run<{ cursor_xid: string; cursor_position: string }>(this.queries.beginRound, [name, this.id, token, this.options.leaseMs]);
-        const row = begun.rows[0];
-        if (!row) return { kind: 'lost' };
-        const cursor = { xid: BigInt(row.cursor_xid), position: BigInt(row.cursor_position) };
-        start = cursor;
-        const plan = await planBatch(tx, this.queries, cursor, fence, s.readSize.current);
-        s.readSize.after(plan);
-        if (plan.rows.length === 0 || plan.cursor === null) {
-          return { kind: 'done', delivered: 0, exhausted: plan.exhausted, blockedBy: plan.blockedBy, fence, cursor };
-        }
-        const events = s.parked.without(plan.rows.map((row) => new StoredEvent(row)));
-        sent = events;
-        if (events.length > 0) await publishTraced(s.target, events, { tx, origin, signal: this.halt.signal });
-        const next = plan.cursor;
-        const advanced = await tx.run(this.queries.advance, [name, this.id, token, String(next.xid), String(next.position), events.length]);
-        if (advanced.rowCount !== 1) throw new LeaseLost('lease lost during the round');
-        return { kind: 'done', delivered: events.length, exhausted: plan.exhausted, blockedBy: plan.blockedBy, fence, cursor: next };
-      }, { idleTimeoutMs: Math.max(1, Math.ceil(this.options.leaseMs)) });
-      if (result.kind === 'done') s.parked.passed(result.cursor);
-      if (result.kind === 'done' && result.delivered > 0) {
-        const { xid, position } = result.cursor;
-        this.emit('delivered', { target: name, count: result.delivered, cursor: { xid: String(xid), position: String(position) } });
-      }
-      return result;
-    } catch (error) {
-      if (error instanceof LeaseLost) return { kind: 'lost' };
-      if (error instanceof RefusedEventError && start !== null) return this.refused(s, token, error, sent, fence, start);
-      throw error;
-    }
-  }
-
-  /**
-   * A target refused one event of the batch for good: with `onRefused: 'park'`
-   * the event is parked and the next round (at once) sends the batch without
-   * it; with `'hold'`, or when the target named an event it was not given, the
-   * refusal is a failed round like any other (retried with backoff).
-   */
-  private async refused(s: TargetState, token: string, error: RefusedEventError, events: readonly RelayedEvent[], fence: bigint, cursor: OutboxPoint): Promise<Round> {
-    const name = s.target.name;
-    const event = events.find((e) => storedRowOf(e).id === error.eventId);
-    if (event === undefined) {
-      throw new MailroomError(
-        `relay target ${name} refused event ${error.eventId}, which is not in the batch it was given (${events.length} events from position ${events[0]?.position ?? '-'}); the batch is retried. A RefusedEventError must name an event of the batch by its envelope id`,
-        { cause: error },
-      );
-    }
-    if (this.options.onRefused === 'hold') {
-      throw new MailroomError(
-        `relay target ${name} refused event ${error.eventId} (position ${event.position}): ${error.reason}; with onRefused: 'hold' the relay retries it and delivers nothing after it to this target until the cause is fixed`,
-        { cause: error },
-      );
-    }
-    const parked = await s.parked.park(event, error.reason, this.id, token);
-    if (parked === 'lost') return { kind: 'lost' };
-    if (parked === 'again') {
-      throw new MailroomError(`relay target ${name} refused event ${error.eventId} (position ${event.position}) again after it was parked: ${error.reason}`, { cause: error });
-    }
-    const type = storedRowOf(event).type;
-    const info = { target: name, eventId: error.eventId, type, position: event.position, reason: error.reason };
-    if (this.listenerCount('parked') > 0) this.emit('parked', info);
-    else console.error(`[mailroom] relay ${this.id}: target ${name} refused event ${info.eventId} (${type}, position ${info.position}) for good; parked (see mailroom parked list ${name}): ${info.reason}`);
-    return { kind: 'done', delivered: 0, exhausted: false, blockedBy: null, fence, cursor };
-  }
-
-  /**
-   * One batch for a read-ahead target: the batch read during the previous
-   * round's confirm (or read now), published; the next one read meanwhile
-   * (and, for a pipelined target, sent at once, conditional on this one's last
-   * event); then the cursor's fenced advance. A failed publish or a lost lease
-   * drops the batch read ahead: the next round reads again from the cursor.
-   */
-  private async readAheadRound(s: TargetState): Promise<Round> {
-    const token = s.token;
-    if (token === null) return { kind: 'lost' };
-    const name = s.target.name;
-    const origin = await this.origin();
-    const read = (from: OutboxPoint | null) =>
-      readBatch({ driver: this.db, queries: this.queries, target: name, holder: this.id, token, leaseMs: this.options.leaseMs, batchSize: s.readSize.current, from });
-    const ahead = s.ahead === null ? null : await s.ahead.catch((error: unknown) => (this.report(error), null));
-    s.ahead = null;
-    const known = s.known;
-    s.known = null;
-    let batch = ahead?.batch ?? null;
-    let sent = ahead?.sent ?? null;
-    let readAt = 0;
-    let fromDatabase = false;
-    if (batch === null || batch.token !== token) {
-      await sent;
-      sent = null;
-      readAt = Date.now(); // after the wait for a send read ahead: the lease's age at the read itself
-      const from = knownCursorStillHeld(known, token, readAt, this.options.leaseMs);
-      fromDatabase = from === null;
-      batch = await read(from);
-    }
-    if (batch === null) return { kind: 'lost' };
-    const { plan } = batch;
-    s.readSize.after(plan);
-    const events = s.parked.without(batch.events);
-    const { fence } = plan;
-    if (plan.cursor === null || batch.events.length === 0) {
-      // The cursor did not move: as read from the database just now (the lease renewed by that read), or as known before.
-      s.known = fromDatabase ? { cursor: batch.from, token, renewedAt: readAt } : known;
-      return { kind: 'done', delivered: 0, exhausted: plan.exhausted, blockedBy: plan.blockedBy, fence, cursor: batch.from };
-    }
-    const next = plan.cursor;
-    // The batch before this one is confirmed: send this one as it is unless its conditional send was confirmed.
-    const publishAgain = () => (events.length === 0 ? Promise.resolve() : publishTraced(s.target, events, { tx: NO_TRANSACTION, origin, signal: this.halt.signal }));
-    const publishing = sent === null ? publishAgain() : sent.then((confirmed) => (confirmed ? undefined : publishAgain()));
-    if (!plan.exhausted && plan.blockedBy === null) s.ahead = this.readNext(s, read(next), events.at(-1) ?? null, origin);
-    try {
-      await unlessAborted(publishing, this.halt.signal);
-    } catch (error) {
-      await this.dropReadAhead(s);
-      if (error instanceof RefusedEventError) return this.refused(s, token, error, events, fence, batch.from);
-      throw error;
-    }
-    const advancedAt = Date.now();
-    const advanced = await this.db.run(this.queries.advanceNow, [name, this.id, token, String(next.xid), String(next.position), events.length, this.options.leaseMs]);
-    if (advanced.rowCount !== 1) {
-      await this.dropReadAhead(s);
-      return { kind: 'lost' };
-    }
-    s.known = { cursor: next, token, renewedAt: advancedAt };
-    s.parked.passed(next);
-    if (events.length > 0) this.emit('delivered', { target: name, count: events.length, cursor: { xid: String(next.xid), position: String(next.position) } });
-    return { kind: 'done', delivered: events.length, exhausted: plan.exhausted, blockedBy: plan.blockedBy, fence, cursor: next };
-  }
-
-  /**
-   * The next batch, read; a pipelined target sends it as soon as it is read,
-   * conditional on `after` (this batch's last event), so that the broker
-   * confirms both batches in one wait. A send refused (the condition failed,
-   * or anything else) is sent again by its own round, once this batch is confirmed.
-   */
-  private readNext(s: TargetState, reading: Promise<ReadBatch | null>, after: RelayedEvent | null, origin: string | undefined): Promise<Ahead | null> {
-    return reading.then((batch) => {
-      if (batch === null) return null;
-      const events = s.parked.without(batch.events);
-      if (s.target.pipelined !== true || after === null || events.length === 0 || batch.plan.cursor === null) return { batch, sent: null };
-      const sent = publishTraced(s.target, events, { tx: NO_TRANSACTION, after, origin, signal: this.halt.signal }).then(
-        () => true,
-        () => false,
-      );
-      return { batch, sent };
-    });
-  }
-
-  /** Forgets the batch read ahead, once its read and any conditional send of it have settled. */
-  private async dropReadAhead(s: TargetState): Promise<void> {
-    const ahead = s.ahead;
-    s.ahead = null;
-    const dropped = await ahead?.catch(() => null);
-    if (dropped?.sent) await unlessAborted(dropped.sent, this.halt.signal).catch(() => {});
-  }
-
-  /**
-   * After a round that found nothing more to deliver, with a fence read now:
-   * `'again'` when rows committed meanwhile are deliverable (the round's fence
-   * was older than they are), `'held-back'` when committed rows wait behind an
-   * open transaction (reported, at most every 10 s), else `'idle'`.
-   */
-  private async afterRound(s: TargetState, round: Extract<Round, { kind: 'done' }>): Promise<'again' | 'held-back' | 'idle'> {
-    const cursor = [String(round.cursor.xid), String(round.cursor.position)];
-    const { rows } = await this.db.run<{ fence: string; ready: boolean; waiting: boolean }>(this.queries.afterCursor, cursor);
-    const fence = BigInt(rows[0]!.fence);
-    const { ready, waiting } = rows[0]!;
-    // Deliverable now: rows that arrived below the new fence, or the row a round had to stop before.
-    if (round.blockedBy !== null ? round.blockedBy < fence : ready && fence > round.fence) return 'again';
-    if (!waiting && round.blockedBy === null) {
-      s.heldBackSince = null;
-      return 'idle';
-    }
-    const now = Date.now();
-    s.heldBackSince ??= now;
-    if (now - s.lastHeldBackReport >= HELD_BACK_REPORT_MS) {
-      s.lastHeldBackReport = now;
-      const heldBackBy = await findHolder(this.db, this.queries, fence);
-      const count = (await this.db.run<{ count: number }>(this.queries.pastCursor, cursor)).rows[0]!.count;
-      if (this.listenerCount('held-back') > 0) this.emit('held-back', { target: s.target.name, waiting: count, heldBackBy });
-      else {
-        const who = heldBackBy.pid === null ? `transaction ${heldBackBy.xid}` : `pid ${heldBackBy.pid} (open ${heldBackBy.ageSeconds}s)`;
-        console.warn(`[mailroom] relay ${this.id}: ${count} committed event(s) for ${s.target.name} wait behind an open transaction: ${who}`);
-      }
-    }
-    return 'held-back';
-  }
-
-  /**
-   * Counts a round after which events were found deliverable: true (reported,
-   * and the count started over) once {@link MAX_EMPTY_AGAIN} such rounds in a
-   * row delivered nothing, so the caller stops looking at once.
-   */
-  private stalled(s: TargetState, round: Extract<Round, { kind: 'done' }>): boolean {
-    s.emptyAgain = round.delivered > 0 ? 0 : s.emptyAgain + 1;
-    if (s.emptyAgain < MAX_EMPTY_AGAIN) return false;
-    s.emptyAgain = 0;
-    this.report(
-      new MailroomError(
-        `relay ${this.id}: target ${s.target.name} found events deliverable ${MAX_EMPTY_AGAIN} times in a row and delivered none; ` +
-          'it waits for its next poll instead of looking again at once. This is a mailroom bug: please report it with the output of `mailroom status`',
-      ),
-    );
-    return true;
+  /** One batch for one target (see transactional-round.ts and read-ahead-round.ts). */
+  private round(s: TargetState): Promise<Round> {
+    return s.target.readAhead === true ? readAheadRound(this.host, s) : transactionalRound(this.host, s);
   }
 
   private poke(s: TargetState): void {
