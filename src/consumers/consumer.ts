@@ -235,11 +235,11 @@ export class Consumer extends SafeEmitter<ConsumerEvents> {
     await driver.transaction(async (tx) => {
       let cursor: { cursor_xid: string; cursor_position: string } | null = null;
       if (r.source === null) {
-        await tx.query(queries.ensureInternalCursor.text, [INTERNAL_TARGET]);
-        const { rows } = await tx.query<{ cursor_xid: string; cursor_position: string }>(queries.lockInternalCursor.text, [INTERNAL_TARGET]);
+        await tx.run(queries.ensureInternalCursor, [INTERNAL_TARGET]);
+        const { rows } = await tx.run<{ cursor_xid: string; cursor_position: string }>(queries.lockInternalCursor, [INTERNAL_TARGET]);
         cursor = rows[0]!;
       }
-      const { rows: registered } = await tx.query<{ created: boolean }>(queries.registerGroup.text, [
+      const { rows: registered } = await tx.run<{ created: boolean }>(queries.registerGroup, [
         r.group,
         r.queue,
         r.types,
@@ -256,7 +256,7 @@ export class Consumer extends SafeEmitter<ConsumerEvents> {
   private async backfill(tx: Transaction, cursorXid: string, cursorPosition: string): Promise<void> {
     let after = '0';
     for (;;) {
-      const { rows } = await tx.query<PackedEventColumns>(this.deps.queries.deliveredOfTypes.text, [this.resolved.types, cursorXid, cursorPosition, after, BACKFILL_BATCH]);
+      const { rows } = await tx.run<PackedEventColumns>(this.deps.queries.deliveredOfTypes, [this.resolved.types, cursorXid, cursorPosition, after, BACKFILL_BATCH]);
       const events = rows.map((row) => new StoredEvent(storedEventRow(unpackEventColumns(row).columns)));
       await fanOut(tx, this.deps.fanOut, events, this.group);
       if (rows.length < BACKFILL_BATCH) return;

@@ -67,14 +67,14 @@ export async function removeConsumerGroup(driver: Driver, queries: ConsumerQueri
     );
   }
   const queue = await driver.transaction(async (tx) => {
-    await tx.query(queries.lockInternalCursor.text, [INTERNAL_TARGET]);
-    const { rows: running } = await tx.query<{ n: number }>(queries.runningJobs.text, [queueOfGroup(group)]);
+    await tx.run(queries.lockInternalCursor, [INTERNAL_TARGET]);
+    const { rows: running } = await tx.run<{ n: number }>(queries.runningJobs, [queueOfGroup(group)]);
     if (running[0]!.n > 0) {
       throw new MailroomError(
         `consumerGroups.remove: group ${group} has ${running[0]!.n} job(s) running under a live lease, so a consumer of it still runs; stop every consumer of the group, then remove it`,
       );
     }
-    const { rows } = await tx.query<{ queue: string }>(queries.removeGroup.text, [group]);
+    const { rows } = await tx.run<{ queue: string }>(queries.removeGroup, [group]);
     return rows[0]?.queue ?? null;
   });
   let cancelledJobs = 0;

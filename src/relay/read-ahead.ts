@@ -52,7 +52,7 @@ export async function readBatch(input: ReadBatchInput): Promise<ReadBatch | null
   const fence = await readFence(driver, queries);
   const plan = (db: Runner, from: OutboxPoint) => planBatch(db, queries, from, fence, input.batchSize);
   return driver.transaction(async (tx) => {
-    const begun = await tx.query<{ cursor_xid: string; cursor_position: string }>(queries.beginRound.text, [input.target, input.holder, input.token, input.leaseMs]);
+    const begun = await tx.run<{ cursor_xid: string; cursor_position: string }>(queries.beginRound, [input.target, input.holder, input.token, input.leaseMs]);
     const row = begun.rows[0];
     if (!row) return null;
     const cursor = { xid: BigInt(row.cursor_xid), position: BigInt(row.cursor_position) };

@@ -39,7 +39,7 @@ export async function removeRelayTarget(driver: Driver, queries: RemoveTargetQue
     ]);
   }
   return driver.transaction(async (tx) => {
-    const { rows } = await tx.query<{ holder: string | null; held: boolean }>(queries.lockCursor.text, [target]);
+    const { rows } = await tx.run<{ holder: string | null; held: boolean }>(queries.lockCursor, [target]);
     const cursor = rows[0];
     if (cursor?.held) {
       throw new MailroomError(`relayTargets.remove: a relay (${cursor.holder}) runs target ${target} now; stop every relay that delivers to it, then remove it`);
@@ -52,8 +52,8 @@ export async function removeRelayTarget(driver: Driver, queries: RemoveTargetQue
         );
       }
     }
-    const parked = await tx.query(queries.deleteParked.text, [target]);
-    if (cursor !== undefined) await tx.query(queries.deleteCursor.text, [target]);
+    const parked = await tx.run(queries.deleteParked, [target]);
+    if (cursor !== undefined) await tx.run(queries.deleteCursor, [target]);
     return { removed: cursor !== undefined, parked: parked.rowCount };
   });
 }

@@ -95,8 +95,8 @@ export class QueueControls {
       return (await this.driver.run<ClaimedRow>(this.jobQueries.claimWithFollowers, [...params, ...chained])).rows;
     }
     return this.driver.transaction(async (tx) => {
-      await tx.query(this.queries.lock.text, [queue]);
-      return (await tx.query<ClaimedRow>(this.queries.claimControlled.text, params)).rows;
+      await tx.run(this.queries.lock, [queue]);
+      return (await tx.run<ClaimedRow>(this.queries.claimControlled, params)).rows;
     });
   }
 
