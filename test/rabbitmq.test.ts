@@ -11,7 +11,8 @@ import assert from 'node:assert/strict';
 import { execFile } from 'node:child_process';
 import { after, afterEach, describe, test } from 'node:test';
 import { promisify } from 'node:util';
-import type { Channel, ChannelModel, GetMessage } from 'amqplib';
+import type { Channel, ChannelModel, ConsumeMessage, GetMessage } from 'amqplib';
+import { ChannelAcks } from '../src/brokers/rabbitmq/channel-acks.ts';
 import { ceiling } from '../bench/brokers/rabbitmq-ceiling.ts';
 import { rabbitmq, rabbitmqSource, type RabbitMqSource } from '../src/brokers/rabbitmq/index.ts';
 import type { SourceContext, SourceMessage } from '../src/brokers/source.ts';
@@ -339,6 +340,47 @@ describe('rabbitmq source', { skip }, () => {
     }
   });
 
+  test('acks given together while an older delivery is held ack only themselves: the held one comes back after stop', async () => {
+    const pair = await fixture.pair(unique('held-ack'));
+    const target = pair.target();
+    const envelopes = Array.from({ length: 6 }, (_, i) => envelope(i));
+    try {
+      await target.publish(relayed(envelopes), context);
+      const source = pair.source() as RabbitMqSource;
+      const first = await collect(source);
+      await eventually(() => first.messages.length === 6, 10_000, '6 deliveries');
+      const [held, ...rest] = first.messages as [SourceMessage, ...SourceMessage[]];
+      // As mailroom acks a stored batch: all in one tick, with the first delivery still outstanding.
+      await Promise.all(rest.slice(0, 3).map((m) => m.ack()));
+      // Then the held one and the last two together: one multiple-ack may now cover every delivery.
+      await Promise.all([held.ack(), ...rest.slice(3).map((m) => m.ack())]);
+      await source.stop();
+      assert.equal(await pair.pending(), 0, 'every delivery acked once, none twice');
+
+      await target.publish(relayed(envelopes.slice(0, 4).map((e) => ({ ...e, id: newId() }))), context);
+      const second = pair.source() as RabbitMqSource;
+      const again = await collect(second);
+      await eventually(() => again.messages.length === 4, 10_000, '4 deliveries');
+      const [keep, ...acked] = again.messages as [SourceMessage, ...SourceMessage[]];
+      await Promise.all(acked.map((m) => m.ack()));
+      await second.stop();
+      assert.equal(await pair.pending(), 1, 'the held delivery went back to the queue; the three acked behind it did not take it with them');
+      const third = pair.source() as RabbitMqSource;
+      const last = await collect(third);
+      try {
+        await eventually(() => last.messages.length === 1, 10_000, 'the held one again');
+        assert.equal(last.messages[0]!.messageId, keep.messageId);
+        await last.messages[0]!.ack();
+      } finally {
+        await third.stop();
+      }
+      assert.equal(await pair.pending(), 0);
+    } finally {
+      await target.close?.();
+      await pair.cleanup();
+    }
+  });
+
   test('prefetch bounds the delivered, unacknowledged messages', async () => {
     const pair = await fixture.pair(unique('prefetch'));
     const target = pair.target();
@@ -587,6 +629,62 @@ describe('rabbitmq safety checks', { skip }, () => {
     assert.match(warnings[0]!.message, /does not exist .*declare: \{ exchange \}/);
     assert.deepEqual(await rabbitmqSource({ url: url!, queue }).check(), []);
     assert.deepEqual(await rabbitmqSource({ url: url!, queue: missing, declare: { exchange: 'x' } }).check(), []);
+  });
+});
+
+describe('rabbitmq acks of one channel', () => {
+  /** A channel that records the frames it would send. */
+  function recorder() {
+    const frames: string[] = [];
+    const channel = {
+      ack: (m: ConsumeMessage, multiple = false) => void frames.push(`ack ${m.fields.deliveryTag}${multiple ? ' and before' : ''}`),
+      nack: (m: ConsumeMessage) => void frames.push(`nack ${m.fields.deliveryTag}`),
+    };
+    return { frames, acks: new ChannelAcks(channel as unknown as Channel) };
+  }
+  const deliveries = (acks: ChannelAcks, n: number) =>
+    Array.from({ length: n }, (_, i) => {
+      const message = { fields: { deliveryTag: i + 1 } } as ConsumeMessage;
+      acks.delivered(message);
+      return message;
+    });
+  const tick = () => new Promise<void>((resolve) => queueMicrotask(resolve));
+
+  test('a batch acked in one tick goes as one multiple-ack', async () => {
+    const { frames, acks } = recorder();
+    const m = deliveries(acks, 5);
+    for (const message of m) acks.ack(message);
+    assert.deepEqual(frames, [], 'sent after the tick, not per call');
+    await tick();
+    assert.deepEqual(frames, ['ack 5 and before']);
+  });
+
+  test('acks behind a delivery still held go one by one; the held one then takes the run after it', async () => {
+    const { frames, acks } = recorder();
+    const m = deliveries(acks, 6);
+    acks.ack(m[1]!);
+    acks.ack(m[2]!);
+    await tick();
+    assert.deepEqual(frames, ['ack 2', 'ack 3'], 'a multiple-ack of 3 would have acked 1 too');
+    acks.ack(m[0]!);
+    acks.ack(m[3]!);
+    await tick();
+    assert.deepEqual(frames.slice(2), ['ack 4 and before']);
+    acks.ack(m[5]!);
+    await tick();
+    assert.deepEqual(frames.slice(3), ['ack 6'], '5 is still held');
+  });
+
+  test('a nack goes at once, after the acks given before it, and the acks after it pass over it', async () => {
+    const { frames, acks } = recorder();
+    const m = deliveries(acks, 4);
+    acks.ack(m[0]!);
+    acks.nack(m[1]!);
+    assert.deepEqual(frames, ['ack 1 and before', 'nack 2']);
+    acks.ack(m[2]!);
+    acks.ack(m[3]!);
+    await tick();
+    assert.deepEqual(frames.slice(2), ['ack 4 and before']);
   });
 });
 

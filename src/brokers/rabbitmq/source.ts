@@ -9,6 +9,7 @@ import type { ConsumerSource, SourceContext, SourceMessage, SourceRemoveContext 
 import { queueMissing, exists } from './check.ts';
 import { amqpCode, closeChannelQuietly, closeQuietly, nextDelay, openChannel, openConnection, serverText, SETUP_TIMEOUT_MS, withTimeout } from './connection.ts';
 import { Waker } from '../../worker/waker.ts';
+import { ChannelAcks } from './channel-acks.ts';
 import { redactUrl, resolveSourceOptions, type RabbitMqSourceOptions, type ResolvedSourceOptions } from './options.ts';
 
 /** A consumer source reading a RabbitMQ queue (see `rabbitmqSource()`). */
@@ -23,6 +24,8 @@ export interface RabbitMqSource extends ConsumerSource {
 interface Session {
   readonly connection: ChannelModel;
   readonly channel: Channel;
+  /** The channel's acks, sent together where they can be. */
+  readonly acks: ChannelAcks;
   alive: boolean;
   /** Why it ended, as RabbitMQ or the socket said (a channel error, or the connection's). */
   reason: Error | null;
@@ -36,6 +39,13 @@ const PRECONDITION_FAILED = 406;
  * unacknowledged messages are returned, then the connection.
  */
 async function closeSession(session: Session): Promise<void> {
+  if (session.alive) {
+    try {
+      session.acks.flush();
+    } catch {
+      // closed already: RabbitMQ returns what was not acked
+    }
+  }
   session.alive = false;
   await withTimeout(session.channel.close(), 2000, 'closing the channel').catch(() => {});
   await closeQuietly(session.connection);
@@ -179,7 +189,7 @@ class RabbitMqConsumerSource implements RabbitMqSource {
         throw error;
       }
     }
-    const session: Session = { connection, channel, alive: true, reason: null };
+    const session: Session = { connection, channel, acks: new ChannelAcks(channel), alive: true, reason: null };
     const because = (error?: Error) => {
       if (error instanceof Error) session.reason ??= error;
     };
@@ -227,15 +237,16 @@ class RabbitMqConsumerSource implements RabbitMqSource {
       return;
     }
     if (!session.alive || this.state !== 'running' || this.deliver === null) return;
-    const { channel } = session;
+    const { acks } = session;
+    acks.delivered(message);
     let settled = false;
     const settle = (how: 'ack' | 'nack'): void => {
       if (settled) return;
       settled = true;
       if (!session.alive) return; // the broker gives it back when the connection closes
       try {
-        if (how === 'ack') channel.ack(message);
-        else channel.nack(message, false, true);
+        if (how === 'ack') acks.ack(message);
+        else acks.nack(message);
       } catch {
         // the channel closed meanwhile: RabbitMQ redelivers the message, mailroom deduplicates it
       }
