@@ -236,9 +236,10 @@ class RabbitMqConsumerSource implements RabbitMqSource {
       this.lost(session);
       return;
     }
-    if (!session.alive || this.state !== 'running' || this.deliver === null) return;
     const { acks } = session;
+    // Every delivery is noted, one passed over while stopping too: a multiple-ack never covers a message not handed on.
     acks.delivered(message);
+    if (!session.alive || this.state !== 'running' || this.deliver === null) return;
     let settled = false;
     const settle = (how: 'ack' | 'nack'): void => {
       if (settled) return;
