@@ -174,9 +174,12 @@ function activeFence(alias: string): string {
   return `(${alias}.state || '') = 'active'`;
 }
 
+/** What a completion writes; the batched and the single completion share it. */
+const COMPLETED = `state = 'completed', finished_at = now(), locked_until = NULL`;
+
 /** The fenced batched completion ($1 ids, $2 claim tokens), returning the ids it completed. */
 function completeBatch(s: string): string {
-  return `UPDATE ${s}.jobs AS j SET state = 'completed', finished_at = now(), locked_until = NULL
+  return `UPDATE ${s}.jobs AS j SET ${COMPLETED}
          FROM unnest($1::uuid[], $2::int[]) AS c(id, claim)
         WHERE j.id = c.id AND j.claim_count = c.claim AND ${activeFence('j')}
        RETURNING j.id`;
@@ -296,7 +299,7 @@ export function jobQueries(quotedSchema: string): JobQueries {
     // on every run (0.15-0.3 ms, docs/BENCHMARKS.md, session 43).
     completeOne: q(
       'complete_one',
-      `UPDATE ${s}.jobs AS j SET state = 'completed', finished_at = now(), locked_until = NULL
+      `UPDATE ${s}.jobs AS j SET ${COMPLETED}
         WHERE j.id = $1::uuid AND j.claim_count = $2::int AND ${activeFence('j')}
        RETURNING j.id`,
     ),

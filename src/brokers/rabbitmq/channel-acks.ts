@@ -77,10 +77,11 @@ export class ChannelAcks {
       this.order = this.order.slice(this.head);
       this.head = 0;
     }
-    const behind = [...this.pending.values()];
-    this.pending.clear();
-    for (const message of behind) this.settledBehind.add(message.fields.deliveryTag);
     if (front !== null) this.channel.ack(front, true);
-    for (const message of behind) this.channel.ack(message);
+    for (const [tag, message] of this.pending) {
+      this.settledBehind.add(tag);
+      this.channel.ack(message);
+    }
+    this.pending.clear();
   }
 }
