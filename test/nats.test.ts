@@ -862,13 +862,23 @@ describe('nats source', { skip }, () => {
     }
   });
 
-  test('a missing stream or a push consumer fails start with a clear error', async () => {
+  test('a missing stream, a push consumer or one with cumulative acks fails start with a clear error', async () => {
     const stream = `mr-${unique()}`;
     await assert.rejects(natsSource({ url: NATS, stream, durable: 'x' }).start(() => {}, recorder('x')), new RegExp(`nats: stream ${stream} does not exist on ${NATS}`));
     await createStream(NATS, stream);
     try {
       await withJsm(NATS, (jsm) => jsm.consumers.add(stream, { durable_name: 'pushy', ack_policy: AckPolicy.Explicit, deliver_subject: `deliver.${stream}` }));
       await assert.rejects(natsSource({ url: NATS, stream, durable: 'pushy' }).start(() => {}, recorder('x')), /consumer pushy on stream .* is a push consumer/);
+      // ack_policy all: one process's ack would cover messages another process of the group holds (docs/brokers/nats.md).
+      await withJsm(NATS, (jsm) => jsm.consumers.add(stream, { durable_name: 'cumulative', ack_policy: AckPolicy.All }));
+      const cumulative = natsSource({ url: NATS, stream, durable: 'cumulative' });
+      try {
+        await assert.rejects(cumulative.start(() => {}, recorder('x')), /consumer cumulative on stream .* has ack_policy all; .*needs ack_policy explicit/);
+      } finally {
+        await cumulative.stop(); // nothing to stop unless it wrongly started
+      }
+      const kept = await withJsm(NATS, (jsm) => jsm.consumers.info(stream, 'cumulative'));
+      assert.equal(kept.config.ack_policy, AckPolicy.All, 'the refused consumer is left as it was');
     } finally {
       await deleteStream(NATS, stream);
     }

@@ -79,7 +79,7 @@ function usable(info: ConsumerInfo, spec: ConsumerSpec): ConsumerInfo {
   }
   if (info.config.ack_policy !== AckPolicy.Explicit) {
     throw new Error(
-      `nats: consumer ${spec.durable} on stream ${spec.stream} has ack_policy ${info.config.ack_policy}; mailroom acks each message after storing it and needs ack_policy explicit: pass another durable name, or delete it (nats consumer rm ${spec.stream} ${spec.durable}) and let the source create it`,
+      `nats: consumer ${spec.durable} on stream ${spec.stream} has ack_policy ${info.config.ack_policy}; mailroom acks each message after storing it and needs ack_policy explicit (with ack_policy all, one process's ack would also settle messages another process of the group holds and has not stored): pass another durable name, or delete it (nats consumer rm ${spec.stream} ${spec.durable}) and let the source create it`,
     );
   }
   return info;
