@@ -137,9 +137,10 @@ for (const db of testDatabases()) {
     it('in a browser: the token from the link, the queues, the dead letters, one shown and replayed from its row, and the rest replayed with a confirmation', { skip: noBrowser }, async () => {
       const t = await db.open();
       await withDeadLetters(t.mailroom);
+      // The browser first: a launch that fails must not leave a server listening (the file would never end).
+      const page = await (await openBrowser()).newPage();
       const dashboard = createDashboard(t.mailroom); // a generated token, carried by the URL it prints
       const { url, close } = await dashboard.listen();
-      const page = await (await openBrowser()).newPage();
       try {
         assert.match(url, /#token=[0-9a-f]{48}$/);
         await page.goto(url);
@@ -179,8 +180,8 @@ for (const db of testDatabases()) {
     it('in a browser: a read-only dashboard hides the actions, and a wrong token asks for one', { skip: noBrowser }, async () => {
       const t = await db.open();
       await withDeadLetters(t.mailroom);
-      const { url, close } = await createDashboard(t.mailroom, { token: TOKEN, readOnly: true }).listen();
       const page = await (await openBrowser()).newPage();
+      const { url, close } = await createDashboard(t.mailroom, { token: TOKEN, readOnly: true }).listen();
       try {
         await page.goto(`${url}#token=${TOKEN}`);
         await page.locator('#readonly').waitFor();
