@@ -931,6 +931,17 @@ describe('nats source', { skip }, () => {
       assert.equal(found[0]!.subject, `nats ${NATS} stream ${stream} consumer billing`);
       assert.deepEqual((await source.check({ group: 'billing', handlerTimeoutMs: null })).map((w) => w.code), ['nats-max-deliver']);
       await source.stop();
+      // Consumers that start would refuse: doctor says so (alone: recreating the consumer settles the rest), naming the fix.
+      await withJsm(NATS, async (jsm) => {
+        await jsm.consumers.add(stream, { durable_name: 'cumulative', ack_policy: AckPolicy.All, ack_wait: nanos(5_000), max_deliver: 3 });
+        await jsm.consumers.add(stream, { durable_name: 'pushed', ack_policy: AckPolicy.Explicit, deliver_subject: `deliver.${stream}` });
+      });
+      const cumulative = await source.check({ group: 'cumulative', handlerTimeoutMs: 10_000 });
+      assert.deepEqual(cumulative.map((w) => w.code), ['nats-consumer-refused']);
+      assert.match(cumulative[0]!.message, new RegExp(`^consumer cumulative on stream ${stream} has ack_policy all; .*nats consumer rm ${stream} cumulative.*\\. The source refuses to start on it\\.$`));
+      const pushed = await source.check({ group: 'pushed', handlerTimeoutMs: null });
+      assert.deepEqual(pushed.map((w) => w.code), ['nats-consumer-refused']);
+      assert.match(pushed[0]!.message, /is a push consumer \(deliver_subject deliver\./);
     } finally {
       await deleteStream(NATS, stream);
     }

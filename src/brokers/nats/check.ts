@@ -6,6 +6,7 @@ import { millis } from '@nats-io/transport-node';
 import type { ConsumerInfo, StreamInfo } from '@nats-io/jetstream';
 import { ENVELOPE_ALLOWANCE_BYTES, type SafetyWarning } from '../safety.ts';
 import { streamAddCommand } from './stream.ts';
+import { consumerRefusal } from './consumer.ts';
 import type { ResolvedNatsTargetOptions } from './options.ts';
 
 function seconds(ms: number): string {
@@ -105,6 +106,9 @@ function sizeWarning(
 /**
  * The source's warnings for a durable consumer that already exists.
  *
+ * - `nats-consumer-refused`: the source cannot read it (a push consumer, or
+ *   acks that are not explicit) and `start` would reject; alone, since the
+ *   fix (another durable, or this one recreated) settles the rest.
  * - `nats-ack-wait`: its AckWait is shorter than the group's handler timeout.
  * - `nats-max-deliver`: it stops redelivering a message after `max_deliver`
  *   deliveries, so a message mailroom could not store that often (database
@@ -114,6 +118,8 @@ function sizeWarning(
  * sourceWarnings(await jsm.consumers.info('orders', 'billing'), 30_000, 'nats nats://127.0.0.1:4222 stream orders consumer billing')
  */
 export function sourceWarnings(info: ConsumerInfo, handlerTimeoutMs: number | null, subject: string): SafetyWarning[] {
+  const refused = consumerRefusal(info);
+  if (refused !== null) return [{ subject, code: 'nats-consumer-refused', message: `${refused}. The source refuses to start on it.` }];
   const warnings: SafetyWarning[] = [];
   const name = info.config.durable_name ?? info.name;
   const ackWaitMs = millis(info.config.ack_wait ?? 0);

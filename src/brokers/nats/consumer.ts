@@ -41,7 +41,7 @@ export async function consumerInfoOrNull(jsm: JetStreamManager, stream: string, 
  */
 export async function ensureConsumer(jsm: JetStreamManager, spec: ConsumerSpec): Promise<{ info: ConsumerInfo; created: boolean }> {
   const existing = await consumerInfoOrNull(jsm, spec.stream, spec.durable);
-  if (existing) return { info: usable(existing, spec), created: false };
+  if (existing) return { info: usable(existing), created: false };
   try {
     await jsm.streams.info(spec.stream);
   } catch (error) {
@@ -66,21 +66,38 @@ export async function ensureConsumer(jsm: JetStreamManager, spec: ConsumerSpec):
   } catch (error) {
     // Another source of the group may have created it at the same moment.
     const raced = await consumerInfoOrNull(jsm, spec.stream, spec.durable);
-    if (raced) return { info: usable(raced, spec), created: false };
+    if (raced) return { info: usable(raced), created: false };
     throw new Error(`nats: cannot create durable consumer ${spec.durable} on stream ${spec.stream} (${spec.where}): ${reason(error)}`, { cause: error });
   }
 }
 
-function usable(info: ConsumerInfo, spec: ConsumerSpec): ConsumerInfo {
+function usable(info: ConsumerInfo): ConsumerInfo {
+  const refused = consumerRefusal(info);
+  if (refused !== null) throw new Error(`nats: ${refused}`);
+  return info;
+}
+
+/**
+ * Why the source cannot read an existing durable consumer, or null when it
+ * can: a push consumer, or one whose acks are not explicit. `start` rejects
+ * with it and `check()` reports it (`nats-consumer-refused`), so that
+ * `mailroom doctor` says so before a start fails.
+ *
+ * @example
+ * consumerRefusal(await jsm.consumers.info('orders', 'billing')) // null, or 'consumer billing on stream orders has ack_policy all; …'
+ */
+export function consumerRefusal(info: ConsumerInfo): string | null {
+  const durable = info.config.durable_name ?? info.name;
+  const stream = info.stream_name;
+  const fix = `pass another durable name, or delete it (nats consumer rm ${stream} ${durable}) and let the source create it`;
   if (info.config.deliver_subject) {
-    throw new Error(
-      `nats: consumer ${spec.durable} on stream ${spec.stream} is a push consumer (deliver_subject ${info.config.deliver_subject}); natsSource reads a pull consumer: pass another durable name, or delete it (nats consumer rm ${spec.stream} ${spec.durable}) and let the source create it`,
-    );
+    return `consumer ${durable} on stream ${stream} is a push consumer (deliver_subject ${info.config.deliver_subject}); natsSource reads a pull consumer: ${fix}`;
   }
   if (info.config.ack_policy !== AckPolicy.Explicit) {
-    throw new Error(
-      `nats: consumer ${spec.durable} on stream ${spec.stream} has ack_policy ${info.config.ack_policy}; mailroom acks each message after storing it and needs ack_policy explicit (with ack_policy all, one process's ack would also settle messages another process of the group holds and has not stored): pass another durable name, or delete it (nats consumer rm ${spec.stream} ${spec.durable}) and let the source create it`,
+    return (
+      `consumer ${durable} on stream ${stream} has ack_policy ${info.config.ack_policy}; mailroom acks each message after storing it and needs ack_policy explicit ` +
+      `(with ack_policy all, one process's ack would also settle messages another process of the group holds and has not stored): ${fix}`
     );
   }
-  return info;
+  return null;
 }

@@ -263,7 +263,8 @@ export class NatsSource implements ConsumerSource {
 
   /**
    * The durable consumer's settings that break a guarantee (`nats-ack-wait`,
-   * `nats-max-deliver`); mailroom runs it right after `start`. Needs the
+   * `nats-max-deliver`), or that `start` refuses (`nats-consumer-refused`);
+   * mailroom runs it right after `start`. Needs the
    * durable's name (the `durable` option, else the group of `context` or of an
    * earlier `start()`; without any it has nothing to check) and judges AckWait
    * against the handler timeout of `context`, else of the last `start()`.
