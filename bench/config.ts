@@ -39,7 +39,7 @@ export interface BenchConfig {
   claimLoops: number;
   /** Turn the server's autovacuum on for the run (and back off after) when it is off. */
   autovacuum: boolean;
-  /** Interleaved rounds of drain and enqueue, and rounds of each scale backlog; the median is reported. */
+  /** Interleaved rounds of drain and enqueue, and interleaved rounds of the scale backlogs; the median is reported. */
   rounds: number;
   timeoutMs: number;
 }
@@ -61,7 +61,8 @@ PostgreSQL backend on this machine, in one run, and the PostgreSQL ceiling.
                         a database is created and dropped for each system and workload
   --redis URL           Redis for BullMQ (default $BENCH_REDIS_URL or redis://127.0.0.1:6379)
   --rounds N            drain and enqueue: interleaved rounds, median reported; scale: rounds of
-                        each backlog, median steady rate reported (default 3; quick 1)
+                        the backlogs, interleaved, each backlog's median steady rate reported
+                        (default 3; quick 1)
   --jobs N              drain: jobs enqueued then drained (default 20000; quick 2000)
   --concurrency N       total concurrency of every system's workers (default 20)
   --batch N             jobs per bulk enqueue call (default 1000)

@@ -205,15 +205,17 @@ async function main(): Promise<void> {
       results.scale.ordered = o;
       show(`1 process, ${config.orderingKeys} ordering keys`, o, (v) => `${Math.round(v.jobsPerSecond)} jobs/s (steady ${Math.round(v.steadyJobsPerSecond)})`);
     }
-    for (const b of config.backlogs) {
-      const rounds: Array<Outcome<ScaleResult>> = [];
-      for (let round = 1; round <= config.rounds; round++) {
+    // Rounds interleaved (each round drains every backlog once), so that the machine's drift over
+    // the run weighs on every backlog alike, as the drain's rounds pair the systems.
+    const backlogRounds = config.backlogs.map((): Array<Outcome<ScaleResult>> => []);
+    for (let round = 1; round <= config.rounds; round++) {
+      for (const [i, b] of config.backlogs.entries()) {
         const o = await runTask<ScaleResult>(scaleTask(1, b, `b${b}_r${round}`), taskTimeout);
-        rounds.push(o);
+        backlogRounds[i]!.push(o);
         show(`backlog ${b}${config.rounds > 1 ? `, round ${round}` : ''}`, o, (v) => `${Math.round(v.jobsPerSecond)} jobs/s, steady ${Math.round(v.steadyJobsPerSecond)} jobs/s (enqueue ${v.enqueueSeconds.toFixed(1)} s)`);
       }
-      results.scale.backlogs.push(summarizeScale(rounds));
     }
+    for (const rounds of backlogRounds) results.scale.backlogs.push(summarizeScale(rounds));
   }
 
   const left = await dropLeftovers(config.serverUrl, runId).catch(() => []);

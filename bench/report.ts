@@ -181,7 +181,7 @@ export function report(r: Results): string {
     }
     out.push(
       '',
-      `Steady: completions 1,000 to 1,000 + min(10,000, backlog/2), while the backlog is still near its size, each end moved to the end of its completion batch (the rate counts the completions between those two instants); each backlog is drained in ${c.rounds} round(s), the round with the median steady rate shown (its whole drain and tenths too). Each process first drains ${int(c.scaleWarmUp)} jobs of a queue of its own, before the clock starts. "vs first row": processes and ordered against 1 process (whole drain), backlogs against the smallest backlog (steady rate).`,
+      `Steady: completions 1,000 to 1,000 + min(10,000, backlog/2), while the backlog is still near its size, each end moved to the end of its completion batch (the rate counts the completions between those two instants); each backlog is drained in ${c.rounds} round(s), the backlogs taking turns within each round, the round with the median steady rate shown (its whole drain and tenths too). Each process first drains ${int(c.scaleWarmUp)} jobs of a queue of its own, before the clock starts. "vs first row": processes and ordered against 1 process (whole drain), backlogs against the smallest backlog (steady rate).`,
     );
   }
 

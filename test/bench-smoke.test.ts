@@ -36,6 +36,7 @@ interface Scale {
   jobsPerSecond: number;
   orderingKeys: number | null;
   completedInDatabase: number;
+  rounds?: number[];
 }
 interface BenchJson {
   drain: Record<string, Measured<Drain>>;
@@ -53,7 +54,7 @@ test('the benchmark runs end to end at a tiny size (mailroom only)', { skip: dat
   const args = [
     ...['--import', TSX, MAIN, '--quick', '--json', '--systems', 'mailroom', '--only', 'drain,latency,scale'],
     ...['--database', databaseUrl!, '--jobs', '300', '--latency-jobs', '30', '--scale-jobs', '300'],
-    ...['--processes', '1', '--backlogs', '300', '--ordering-keys', '10'],
+    ...['--processes', '1', '--backlogs', '300,600', '--rounds', '2', '--ordering-keys', '10'],
   ];
   const child = spawn(process.execPath, args, { cwd: ROOT, stdio: ['ignore', 'pipe', 'pipe'] });
   let stdout = '';
@@ -75,10 +76,15 @@ test('the benchmark runs end to end at a tiny size (mailroom only)', { skip: dat
   assert.ok(latency.p50Ms > 0 && latency.p99Ms >= latency.p50Ms);
 
   const runs = [...results.scale.processes, results.scale.ordered, ...results.scale.backlogs];
-  assert.equal(runs.length, 3);
+  assert.equal(runs.length, 4);
   for (const run of runs) {
     const scale = value(run, 'scale');
     assert.equal(scale.completedInDatabase, scale.jobs, 'every job of the scale run is completed in the database');
   }
   assert.equal(value(results.scale.ordered, 'ordered').orderingKeys, 10);
+  // The backlogs take turns within each round (so the machine's drift weighs on both alike), and
+  // each backlog's result gathers its own rounds.
+  const order = [...stderr.matchAll(/backlog (\d+), round (\d+)/g)].map((m) => `${m[1]}/${m[2]}`);
+  assert.deepEqual(order, ['300/1', '600/1', '300/2', '600/2']);
+  assert.deepEqual(results.scale.backlogs.map((b) => [value(b, 'backlog').jobs, value(b, 'backlog').rounds?.length]), [[300, 2], [600, 2]]);
 });
