@@ -7,7 +7,8 @@
  */
 import assert from 'node:assert/strict';
 import { execFileSync } from 'node:child_process';
-import { chmodSync, existsSync, mkdirSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
+import { createHash } from 'node:crypto';
+import { chmodSync, existsSync, mkdirSync, mkdtempSync, readdirSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { dirname, join } from 'node:path';
 import { gunzipSync, gzipSync } from 'node:zlib';
@@ -33,6 +34,17 @@ async function runsAJob(db: PGlite): Promise<void> {
     await mailroom.close();
     await db.close();
   }
+}
+
+/** Every file under `dir` with its contents' SHA-256, to see that nothing was changed. */
+function filesOf(dir: string): Record<string, string> {
+  const files: Record<string, string> = {};
+  for (const entry of readdirSync(dir, { recursive: true, withFileTypes: true })) {
+    if (!entry.isFile()) continue;
+    const path = join(entry.parentPath, entry.name);
+    files[path] = createHash('sha256').update(readFileSync(path)).digest('hex');
+  }
+  return files;
 }
 
 /** Makes the cached copy when an earlier test has not (a test run alone with --test-name-pattern). */
@@ -212,6 +224,32 @@ describe('opening the embedded database from the cached copy of a fresh one', ()
       unlock?.();
     }
     await opensAndKeeps(dir, 'cache');
+  });
+
+  it('a directory made by another PostgreSQL major version is refused with an error naming both, and left as it was', { timeout: 120_000 }, async () => {
+    await ensureCopy();
+    const dir = join(root, 'other-major');
+    const opened = await openPglite(dir);
+    await runsAJob(opened.db);
+    const made = readFileSync(join(dir, 'PG_VERSION'), 'utf8').trim();
+    const other = String(Number(made) + 1);
+    writeFileSync(join(dir, 'PG_VERSION'), `${other}\n`);
+    const files = filesOf(dir);
+    await assert.rejects(openPglite(dir), (error: unknown) => {
+      assert.ok(error instanceof MailroomError);
+      assert.match(error.message, new RegExp(`in ${dir} was made by PostgreSQL ${other}, and this mailroom's embedded PostgreSQL ${made} \\(PGlite \\d`));
+      assert.match(error.message, /opens only with the PostgreSQL major version that made it/);
+      return true;
+    });
+    assert.deepEqual(filesOf(dir), files, 'no file of the directory was changed');
+    writeFileSync(join(dir, 'PG_VERSION'), `${made}\n`);
+    const reopened = await openPglite(dir);
+    assert.equal(reopened.origin, 'existing');
+    try {
+      assert.deepEqual((await reopened.db.query<{ state: string }>('SELECT state FROM mailroom.jobs')).rows, [{ state: 'completed' }]);
+    } finally {
+      await reopened.db.close();
+    }
   });
 
   it('MAILROOM_PGLITE_CACHE=off: no copy is read', { timeout: 120_000 }, async () => {

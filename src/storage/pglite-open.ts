@@ -41,7 +41,7 @@ export interface OpenedPglite {
 export async function openPglite(dataDir?: string): Promise<OpenedPglite> {
   const before = dataDir === undefined ? 'memory' : directoryState(dataDir);
   if (before === 'not a directory') throw notADirectory(dataDir!);
-  if (before === 'database') return { db: await create(dataDir), origin: 'existing' };
+  if (before === 'database') return { db: await openExisting(dataDir!), origin: 'existing' };
   // PGlite makes the directory itself, but not its parents: './var/mailroom/db' failed with ENOENT when ./var was missing.
   if (before === 'missing') mkdirSync(dirname(dataDir!), { recursive: true });
   // Only into memory, a new directory or an empty one: a failed load can then be undone whole.
@@ -74,6 +74,55 @@ async function create(dataDir: string | undefined): Promise<PGlite> {
     const where = dataDir === undefined ? 'in memory' : `in ${dataDir}`;
     throw new MailroomError(`could not open the embedded database ${where}: ${pgliteFailure(error)}`, { cause: error });
   }
+}
+
+/**
+ * Opens a directory that holds a database. PGlite reports a directory made by another PostgreSQL
+ * major version only as "failed to initialize"; that case is told as what it is, with the way out.
+ */
+async function openExisting(dataDir: string): Promise<PGlite> {
+  try {
+    return await create(dataDir);
+  } catch (error) {
+    const made = directoryMajor(dataDir);
+    const runs = pglitePostgresMajor();
+    if (made === null || made === runs) throw error;
+    const engine = `this mailroom's embedded PostgreSQL${runs === null ? '' : ` ${runs}`} (PGlite ${pgliteVersion() ?? 'of unknown version'})`;
+    throw new MailroomError(
+      `the embedded database in ${dataDir} was made by PostgreSQL ${made}, and ${engine} cannot open it: a data directory opens only with the PostgreSQL major version that made it. ` +
+        `Finish its jobs and events with the mailroom version that made it and then give this one a new directory, or move to a PostgreSQL server (DATABASE_URL). The directory was left as it was.`,
+      { cause: error },
+    );
+  }
+}
+
+/** The PostgreSQL major version a data directory was made by (its PG_VERSION file), or null. */
+function directoryMajor(dataDir: string): string | null {
+  try {
+    const text = readFileSync(join(dataDir, 'PG_VERSION'), 'utf8').trim();
+    return /^\d+$/.test(text) ? text : null;
+  } catch {
+    return null;
+  }
+}
+
+let postgresMajor: string | null | undefined;
+
+/**
+ * The PostgreSQL major version the installed PGlite runs, read from its WebAssembly build's version
+ * string ("PostgreSQL 18.7 (PGlite 0.5.17) on …"); null when the build is not where its package puts
+ * it (a bundled application). Read only when a directory failed to open.
+ */
+function pglitePostgresMajor(): string | null {
+  if (postgresMajor !== undefined) return postgresMajor;
+  postgresMajor = null;
+  try {
+    const wasm = join(dirname(fileURLToPath(import.meta.resolve('@electric-sql/pglite'))), 'pglite.wasm');
+    postgresMajor = /PostgreSQL (\d+)\.\d+ \(PGlite /.exec(readFileSync(wasm).toString('latin1'))?.[1] ?? null;
+  } catch {
+    postgresMajor = null;
+  }
+  return postgresMajor;
 }
 
 /** Emscripten's file system errors carry a WASI errno and no message; the common ones by name. */
