@@ -110,7 +110,7 @@ let postgresMajor: string | null | undefined;
 
 /**
  * The PostgreSQL major version the installed PGlite runs, read from its WebAssembly build's version
- * string ("PostgreSQL 18.7 (PGlite 0.5.17) on …"); null when the build is not where its package puts
+ * string ("PostgreSQL 19.0 (PGlite 0.6.1) on …"); null when the build is not where its package puts
  * it (a bundled application). Read only when a directory failed to open.
  */
 function pglitePostgresMajor(): string | null {

@@ -11,7 +11,7 @@
  * - the schema name is replaced by `:"schema"` (or `:'schema'` in a string literal), psql's
  *   variable syntax, as in sql/migrations/;
  * - objects are sorted by name within each section (columns keep their physical order);
- * - PostgreSQL 18 (PGlite) also records NOT NULL as `pg_constraint` rows (contype 'n'), which 15
+ * - PostgreSQL 18 and newer (PGlite) also records NOT NULL as `pg_constraint` rows (contype 'n'), which 15
  *   does not; they are left out, as NOT NULL is already shown on each column.
  */
 import { readFileSync, writeFileSync } from 'node:fs';
@@ -115,7 +115,7 @@ export async function dumpSchema(db: CatalogReader, schema: string, options: Dum
     .sort(byName);
   sections.push(`-- Tables\n\n${tableText.map((t) => t.text).join('\n\n')}`);
 
-  // Constraints (NOT NULL rows of PostgreSQL 18 left out: see the header).
+  // Constraints (NOT NULL rows of PostgreSQL 18 and newer left out: see the header).
   const constraints = await rows<{ relname: string; conname: string; contype: string; def: string }>(
     db,
     `SELECT c.relname, k.conname, k.contype::text AS contype, pg_get_constraintdef(k.oid) AS def
