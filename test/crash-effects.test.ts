@@ -15,14 +15,13 @@
  */
 import { describe, it, before, after } from 'node:test';
 import assert from 'node:assert/strict';
-import { spawn, type ChildProcess } from 'node:child_process';
-import { createInterface } from 'node:readline';
 import { fileURLToPath } from 'node:url';
 import pg from 'pg';
 import { createMailroom, defineJob, type Mailroom, type RetryOptions } from '../src/index.ts';
 import { uniqueSchema } from './helpers/databases.ts';
 import { fixtureBundle } from './helpers/fixture-bundle.ts';
 import { eventually } from './helpers/events.ts';
+import { killChildWorker, spawnChildWorker, type ChildWorker } from './helpers/child-worker.ts';
 import type { CreditPayload, EffectsWorkerConfig, EffectsWorkerLine, StepPayload } from './fixtures/effects-worker.ts';
 
 const url = process.env.TEST_DATABASE_URL;
@@ -46,80 +45,28 @@ const tput = defineJob<StepPayload & { run: string }>('tput.step', { queue: 'tpu
 // Child worker processes
 // ---------------------------------------------------------------------------
 
-interface Child {
-  proc: ChildProcess;
-  pid: number;
+type Child = ChildWorker<EffectsWorkerLine> & {
   /** `application_name` of its sessions. */
   app: string;
-  lines: EffectsWorkerLine[];
-  ready: Promise<string>;
-  workerId: string | undefined;
-  readyAt: number;
-  exited: Promise<void>;
-  /** Set before this test kills it; an exit without it is a crash of the worker itself. */
-  killedByTest: boolean;
   stopped: boolean;
-  stderr: () => string;
-}
+};
 
 const children = new Set<Child>();
 /** Children that exited without being killed by the test (a worker crashed on its own). */
 const unexpectedExits: { pid: number; code: number | null; signal: string | null; stderr: string }[] = [];
 
 function spawnChild(config: EffectsWorkerConfig): Child {
-  const proc = spawn(process.execPath, [FIXTURE_JS, JSON.stringify(config)], { cwd: ROOT, stdio: ['ignore', 'pipe', 'pipe'] });
-  let stderr = '';
-  proc.stderr!.setEncoding('utf8');
-  proc.stderr!.on('data', (chunk: string) => {
-    stderr = (stderr + chunk).slice(-8000);
+  const child = spawnChildWorker<EffectsWorkerLine>(FIXTURE_JS, config, {
+    cwd: ROOT,
+    registry: children,
+    onExit: (exited, code, signal) => {
+      if (!exited.killedByTest) unexpectedExits.push({ pid: exited.pid, code, signal, stderr: exited.stderr() });
+    },
   });
-  const exited = new Promise<void>((resolve) => proc.once('exit', () => resolve()));
-  let onReady: (id: string) => void = () => {};
-  const ready = new Promise<string>((resolve, reject) => {
-    onReady = resolve;
-    void exited.then(() => reject(new Error(`worker ${proc.pid} exited before it was ready: ${stderr}`)));
-  });
-  ready.catch(() => {});
-  const child: Child = {
-    proc,
-    pid: proc.pid!,
-    app: `${config.appPrefix}-${proc.pid}`,
-    lines: [],
-    ready,
-    workerId: undefined,
-    readyAt: Number.POSITIVE_INFINITY,
-    exited,
-    killedByTest: false,
-    stopped: false,
-    stderr: () => stderr,
-  };
-  createInterface({ input: proc.stdout! }).on('line', (text) => {
-    let line: EffectsWorkerLine;
-    try {
-      line = JSON.parse(text) as EffectsWorkerLine;
-    } catch {
-      return;
-    }
-    child.lines.push(line);
-    if (line.event === 'ready') {
-      child.workerId = line.workerId;
-      child.readyAt = Date.now();
-      onReady(line.workerId);
-    }
-  });
-  proc.once('exit', (code, signal) => {
-    children.delete(child);
-    if (!child.killedByTest) unexpectedExits.push({ pid: child.pid, code, signal, stderr });
-  });
-  children.add(child);
-  return child;
+  return Object.assign(child, { app: `${config.appPrefix}-${child.pid}`, stopped: false });
 }
 
-async function killChild(child: Child): Promise<void> {
-  child.killedByTest = true;
-  if (child.proc.exitCode === null && child.proc.signalCode === null) child.proc.kill('SIGKILL'); // also ends a stopped process
-  await child.exited;
-}
+const killChild = killChildWorker;
 
 const isLive = (c: Child) => c.proc.exitCode === null && c.proc.signalCode === null && !c.killedByTest;
 

@@ -15,14 +15,13 @@
  */
 import { describe, it, before, after } from 'node:test';
 import assert from 'node:assert/strict';
-import { spawn, type ChildProcess } from 'node:child_process';
-import { createInterface } from 'node:readline';
 import { fileURLToPath } from 'node:url';
 import pg from 'pg';
 import { createMailroom, defineJob, type Job, type JobContext, type Mailroom, type Worker } from '../src/index.ts';
 import { uniqueSchema } from './helpers/databases.ts';
 import { fixtureBundle } from './helpers/fixture-bundle.ts';
 import { eventually } from './helpers/events.ts';
+import { killChildWorker, spawnChildWorker, type ChildWorker as FixtureChild } from './helpers/child-worker.ts';
 import type { CrashWorkerConfig, CrashWorkerLine } from './fixtures/crash-worker.ts';
 
 const url = process.env.TEST_DATABASE_URL;
@@ -38,94 +37,14 @@ const randomInt = (min: number, max: number) => min + Math.floor(Math.random() *
 // Child worker processes
 // ---------------------------------------------------------------------------
 
-interface ChildWorker {
-  proc: ChildProcess;
-  pid: number;
-  lines: CrashWorkerLine[];
-  /** Resolves with the worker id once the worker started; rejects if the process exits first. */
-  ready: Promise<string>;
-  isReady: boolean;
-  /** When it printed 'ready' (Date.now() of this process). */
-  readyAt: number;
-  exited: Promise<void>;
-  stderr: () => string;
-  /** Resolves with the first line (seen so far or later) that matches. */
-  waitFor(match: (line: CrashWorkerLine) => boolean, timeoutMs: number, what: string): Promise<CrashWorkerLine>;
-}
+type ChildWorker = FixtureChild<CrashWorkerLine>;
 
 const children = new Set<ChildWorker>();
 
-function spawnWorker(config: CrashWorkerConfig): ChildWorker {
-  const proc = spawn(process.execPath, [FIXTURE_JS, JSON.stringify(config)], {
-    cwd: ROOT,
-    // stdin stays open: the child exits when it closes, i.e. when this process dies without cleaning up.
-    stdio: ['pipe', 'pipe', 'pipe'],
-  });
-  const lines: CrashWorkerLine[] = [];
-  const waiters = new Set<(line: CrashWorkerLine) => void>();
-  let stderr = '';
-  proc.stderr!.setEncoding('utf8');
-  proc.stderr!.on('data', (chunk: string) => {
-    stderr = (stderr + chunk).slice(-8000);
-  });
-  const exited = new Promise<void>((resolve) => proc.once('exit', () => resolve()));
-  let onReady: (id: string) => void = () => {};
-  const ready = new Promise<string>((resolve, reject) => {
-    onReady = resolve;
-    void exited.then(() => reject(new Error(`worker ${proc.pid} exited before it was ready: ${stderr}`)));
-  });
-  ready.catch(() => {}); // a killed child that never got ready is fine
-  const child: ChildWorker = {
-    proc,
-    pid: proc.pid!,
-    lines,
-    ready,
-    isReady: false,
-    readyAt: Number.POSITIVE_INFINITY,
-    exited,
-    stderr: () => stderr,
-    waitFor(match, timeoutMs, what) {
-      const seen = lines.find(match);
-      if (seen) return Promise.resolve(seen);
-      return new Promise((resolve, reject) => {
-        const timer = setTimeout(() => {
-          waiters.delete(check);
-          reject(new Error(`timed out after ${timeoutMs} ms waiting for ${what} from worker ${proc.pid}; it printed ${JSON.stringify(lines)}; stderr: ${stderr}`));
-        }, timeoutMs);
-        const check = (line: CrashWorkerLine) => {
-          if (!match(line)) return;
-          clearTimeout(timer);
-          waiters.delete(check);
-          resolve(line);
-        };
-        waiters.add(check);
-      });
-    },
-  };
-  createInterface({ input: proc.stdout! }).on('line', (text) => {
-    let line: CrashWorkerLine;
-    try {
-      line = JSON.parse(text) as CrashWorkerLine;
-    } catch {
-      return; // not one of ours
-    }
-    lines.push(line);
-    if (line.event === 'ready') {
-      child.isReady = true;
-      child.readyAt = Date.now();
-      onReady(line.workerId);
-    }
-    for (const waiter of [...waiters]) waiter(line);
-  });
-  children.add(child);
-  void exited.then(() => children.delete(child));
-  return child;
-}
+/** A worker process; its stdin stays open, so it exits when this process dies without cleaning up. */
+const spawnWorker = (config: CrashWorkerConfig): ChildWorker => spawnChildWorker<CrashWorkerLine>(FIXTURE_JS, config, { cwd: ROOT, registry: children, stdin: 'pipe' });
 
-async function killChild(child: ChildWorker): Promise<void> {
-  if (child.proc.exitCode === null && child.proc.signalCode === null) child.proc.kill('SIGKILL');
-  await child.exited;
-}
+const killChild = killChildWorker;
 
 // ---------------------------------------------------------------------------
 
