@@ -86,10 +86,10 @@ async function openExisting(dataDir: string): Promise<PGlite> {
   } catch (error) {
     const made = directoryMajor(dataDir);
     const runs = pglitePostgresMajor();
-    if (made === null || made === runs) throw error;
-    const engine = `this mailroom's embedded PostgreSQL${runs === null ? '' : ` ${runs}`} (PGlite ${pgliteVersion() ?? 'of unknown version'})`;
+    // Unknown on either side, or the same major: the failure is something else, and PGlite's error stands.
+    if (made === null || runs === null || made === runs) throw error;
     throw new MailroomError(
-      `the embedded database in ${dataDir} was made by PostgreSQL ${made}, and ${engine} cannot open it: a data directory opens only with the PostgreSQL major version that made it. ` +
+      `the embedded database in ${dataDir} was made by PostgreSQL ${made}, and this mailroom's embedded PostgreSQL ${runs} (PGlite ${pgliteVersion() ?? 'of unknown version'}) cannot open it: a data directory opens only with the PostgreSQL major version that made it. ` +
         `Finish its jobs and events with the mailroom version that made it and then give this one a new directory, or move to a PostgreSQL server (DATABASE_URL). The directory was left as it was.`,
       { cause: error },
     );
