@@ -52,7 +52,7 @@ async function shippingGroup(t: TestMailroom, options: { maxMessageBytes?: numbe
  * A group whose handler records each order it runs, holding those that `held` picks until
  * `open(order)` or `release()` (every one, from then on); `ingested` collects the group's stored batches.
  */
-async function gatedGroup(t: TestMailroom, held: (order: string) => boolean, options: { concurrency?: number; prefetch?: number } = {}) {
+async function gatedGroup(t: TestMailroom, held: (order: string) => boolean, options: { concurrency?: number; prefetch?: number; pollInterval?: number } = {}) {
   const source = scriptedSource('warehouse');
   const gates = new Map<string, () => void>();
   let released = false;
@@ -96,11 +96,17 @@ async function until(done: () => boolean): Promise<void> {
 }
 
 /**
- * Resolves once the group's worker would take a hand-off of its whole capacity: its last claim
- * found the queue empty and nothing runs (after a warm-up job, before the test's own messages).
+ * Resolves once the group's worker would take a hand-off of its whole capacity, and has for 300 ms:
+ * its last claim found the queue empty, nothing runs, and no claim is out (after a warm-up job, before
+ * the test's own messages). A worker offers no room while a claim of its own is in flight, and an idle
+ * one looks again a few times after it registers for NOTIFY (up to 200 ms apart, see WakeGate).
  */
 async function idle(worker: { handOffRoom(queue: string): number | null; readonly capacity: number }): Promise<void> {
-  await until(() => worker.handOffRoom('consumer.shipping') === worker.capacity);
+  let since = Date.now();
+  await until(() => {
+    if (worker.handOffRoom('consumer.shipping') !== worker.capacity) since = Date.now();
+    return Date.now() - since >= 300;
+  });
 }
 
 /** Resolves once every row that `rows()` reads is completed; fails after 15 s, naming their states. */
@@ -202,7 +208,8 @@ for (const db of testDatabases()) {
 
     it('hands a batch to the group\'s idle worker up to its free room: those jobs are stored claimed by it and run without a claim; a key\'s later job and the rest wait in the queue', async () => {
       const t = await db.open();
-      const { source, consumer, ran, ingested, release } = await gatedGroup(t, (order) => order !== 'warm', { concurrency: 3 });
+      // No poll in the test's time: a claim of the worker's own in flight would take the room a hand-off is offered.
+      const { source, consumer, ran, ingested, release } = await gatedGroup(t, (order) => order !== 'warm', { concurrency: 3, pollInterval: 60_000 });
       // Once a job has run, the worker's last claim found its queue empty.
       const warm = waitForEvents(consumer.worker, 'completed', 1);
       assert.equal(await source.push(foreignEvent('order-warm', { order: 'warm' })), 'ack');

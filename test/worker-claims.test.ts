@@ -56,6 +56,58 @@ describe('claims of an idle worker', { skip: databaseUrl ? false : 'needs TEST_D
   }
 });
 
+describe('a claim in flight and a broker hand-off', { skip: databaseUrl ? false : 'needs TEST_DATABASE_URL' }, () => {
+  const pool = new pg.Pool({ connectionString: databaseUrl, max: 6 });
+  const schema = uniqueSchema('claims_handoff');
+  after(async () => {
+    await pool.query(`DROP SCHEMA IF EXISTS "${schema}" CASCADE`);
+    await pool.end();
+  });
+
+  it('an idle worker offers no room to a hand-off while a claim of its own is in flight, and offers it again once the claim came back', async () => {
+    const mailroom = await createMailroom({ database: pool, schema });
+    await mailroom.migrate();
+    // Claims wait at this gate while it is shut; each claim that reaches it is counted.
+    let shut = false;
+    let held = 0;
+    let open: () => void = () => {};
+    beforeEachStatement(pool, (name) => {
+      if (!name.startsWith('mailroom_claim_') || !shut) return;
+      held++;
+      return new Promise<void>((resolve) => (open = resolve));
+    });
+    const worker = mailroom.worker({ queues: ['claims'], concurrency: 3, handlers: { [chore.name]: async () => {} } });
+    await worker.start();
+    try {
+      for (let waited = 0; worker.handOffRoom('claims') !== worker.capacity; waited += 10) {
+        assert.ok(waited < 5000, `the idle worker offers ${worker.handOffRoom('claims')} of ${worker.capacity}`);
+        await new Promise((r) => setTimeout(r, 10));
+      }
+      shut = true;
+      const done = waitForEvents(worker, 'completed', 1);
+      await mailroom.enqueue(chore, { n: 1 }); // its NOTIFY starts a claim, which waits at the gate
+      for (let waited = 0; held === 0; waited += 10) {
+        assert.ok(waited < 5000, 'no claim reached the gate');
+        await new Promise((r) => setTimeout(r, 10));
+      }
+      // Before, the room this claim asked for was offered too: a hand-off and the claim could fill it twice.
+      assert.equal(worker.handOffRoom('claims'), 0, 'no room is offered while the claim is out');
+      assert.equal(worker.reserveHandOff('claims', 3), null);
+      shut = false;
+      open();
+      await done;
+      for (let waited = 0; worker.handOffRoom('claims') !== worker.capacity; waited += 10) {
+        assert.ok(waited < 5000, `after the claim the worker offers ${worker.handOffRoom('claims')} of ${worker.capacity}`);
+        await new Promise((r) => setTimeout(r, 10));
+      }
+    } finally {
+      open();
+      await worker.stop();
+      await mailroom.close();
+    }
+  });
+});
+
 for (const db of testDatabases()) {
   describe(`claims after a keyed job on ${db.name}`, () => {
     it("a finished job with an ordering key lets its key's next job start at once, not at the next poll", async () => {

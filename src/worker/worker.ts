@@ -101,6 +101,8 @@ export class Worker extends SafeEmitter<WorkerEvents> {
   private nextQueue = 0;
   /** The last claim came back short: a finished handler alone is no reason to claim again (see finished). */
   private starved = false;
+  /** A claim is in flight: the room it asked for is spoken for until it comes back, so none is handed off meanwhile. */
+  private claiming = false;
   /** Room promised to a broker ingest's hand-off (reserveHandOff) and not yet filled by adopt. */
   private handOffReserved = 0;
   /** A hand-off's batch stored jobs that may start and were not handed, since the last claim began: claim those first. */
@@ -326,19 +328,24 @@ export class Worker extends SafeEmitter<WorkerEvents> {
         await this.sleep(this.pollMs);
         continue;
       }
-      let rows: ClaimedRow[];
+      let rows: ClaimedRow[] | undefined;
+      this.waitingStored = false;
+      this.claiming = true;
       try {
-        this.waitingStored = false;
         rows = await this.claim(free);
         this.starved = rows.filter((r) => !r.blocked).length < free;
-        this.changes.fire();
-        errorDelay = 0;
       } catch (error) {
         this.report(error);
+      } finally {
+        this.claiming = false;
+        this.changes.fire();
+      }
+      if (rows === undefined) {
         errorDelay = Math.min(MAX_ERROR_BACKOFF_MS, Math.max(100, errorDelay * 2));
         await this.sleep(errorDelay);
         continue;
       }
+      errorDelay = 0;
       if (this.abandoned) break; // A crash: the claimed jobs wait for their leases to expire.
       if (this.state !== 'running') {
         // Stopped while claiming: hand the jobs straight back.
@@ -390,7 +397,7 @@ export class Worker extends SafeEmitter<WorkerEvents> {
    * How many jobs a hand-off to `queue` could take now (see
    * {@link reserveHandOff}): 0 while this worker is busy (no free slot or
    * prefetch room, its last claim found more waiting, or its completions are
-   * behind), null when it takes none whatever frees (not running, or the
+   * behind, or a claim is in flight), null when it takes none whatever frees (not running, or the
    * queue is not its own or has shared limits). {@link roomChanged} says when
    * to look again.
    *
@@ -399,7 +406,7 @@ export class Worker extends SafeEmitter<WorkerEvents> {
    */
   handOffRoom(queue: string): number | null {
     if (this.state !== 'running' || !this.queues.includes(queue) || this.controls.limits(queue)) return null;
-    if (!this.starved || this.waitingStored || this.completionsBehind()) return 0;
+    if (!this.starved || this.claiming || this.waitingStored || this.completionsBehind()) return 0;
     return Math.max(0, this.freeRoom());
   }
 
