@@ -54,15 +54,6 @@ describe('claims of an idle worker', { skip: databaseUrl ? false : 'needs TEST_D
       }
     });
   }
-});
-
-describe('a claim in flight and a broker hand-off', { skip: databaseUrl ? false : 'needs TEST_DATABASE_URL' }, () => {
-  const pool = new pg.Pool({ connectionString: databaseUrl, max: 6 });
-  const schema = uniqueSchema('claims_handoff');
-  after(async () => {
-    await pool.query(`DROP SCHEMA IF EXISTS "${schema}" CASCADE`);
-    await pool.end();
-  });
 
   it('an idle worker offers no room to a hand-off while a claim of its own is in flight, and offers it again once the claim came back', async () => {
     const mailroom = await createMailroom({ database: pool, schema });
