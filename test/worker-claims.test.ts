@@ -12,7 +12,7 @@ import { createMailroom, defineJob, type Job } from '../src/index.ts';
 import { CLAIM_RETURNING } from '../src/jobs/queries.ts';
 import type { ClaimedRow } from '../src/worker/types.ts';
 import { databaseUrl, testDatabases, uniqueSchema } from './helpers/databases.ts';
-import { waitForEvents } from './helpers/events.ts';
+import { eventually, waitForEvents } from './helpers/events.ts';
 import { beforeEachStatement } from './helpers/pool-statements.ts';
 
 const chore = defineJob<{ n: number }>('claims.chore', { queue: 'claims' });
@@ -70,27 +70,19 @@ describe('claims of an idle worker', { skip: databaseUrl ? false : 'needs TEST_D
     const worker = mailroom.worker({ queues: ['claims'], concurrency: 3, handlers: { [chore.name]: async () => {} } });
     await worker.start();
     try {
-      for (let waited = 0; worker.handOffRoom('claims') !== worker.capacity; waited += 10) {
-        assert.ok(waited < 5000, `the idle worker offers ${worker.handOffRoom('claims')} of ${worker.capacity}`);
-        await new Promise((r) => setTimeout(r, 10));
-      }
+      const offersAll = (): boolean => worker.handOffRoom('claims') === worker.capacity;
+      await eventually(offersAll, 5000, 'the idle worker to offer its whole capacity');
       shut = true;
       const done = waitForEvents(worker, 'completed', 1);
       await mailroom.enqueue(chore, { n: 1 }); // its NOTIFY starts a claim, which waits at the gate
-      for (let waited = 0; held === 0; waited += 10) {
-        assert.ok(waited < 5000, 'no claim reached the gate');
-        await new Promise((r) => setTimeout(r, 10));
-      }
+      await eventually(() => held > 0, 5000, 'a claim at the gate');
       // Before, the room this claim asked for was offered too: a hand-off and the claim could fill it twice.
       assert.equal(worker.handOffRoom('claims'), 0, 'no room is offered while the claim is out');
       assert.equal(worker.reserveHandOff('claims', 3), null);
       shut = false;
       open();
       await done;
-      for (let waited = 0; worker.handOffRoom('claims') !== worker.capacity; waited += 10) {
-        assert.ok(waited < 5000, `after the claim the worker offers ${worker.handOffRoom('claims')} of ${worker.capacity}`);
-        await new Promise((r) => setTimeout(r, 10));
-      }
+      await eventually(offersAll, 5000, 'the worker to offer its whole capacity again after the claim');
     } finally {
       open();
       await worker.stop();

@@ -117,7 +117,7 @@ function pglitePostgresMajor(): string | null {
   if (postgresMajor !== undefined) return postgresMajor;
   postgresMajor = null;
   try {
-    const wasm = join(dirname(fileURLToPath(import.meta.resolve('@electric-sql/pglite'))), 'pglite.wasm');
+    const wasm = join(pgliteEntryDir(), 'pglite.wasm');
     postgresMajor = /PostgreSQL (\d+)\.\d+ \(PGlite /.exec(readFileSync(wasm).toString('latin1'))?.[1] ?? null;
   } catch {
     postgresMajor = null;
@@ -187,6 +187,9 @@ function userCacheDir(): string | null {
   }
 }
 
+/** The directory of the installed PGlite's entry module (its dist/). */
+const pgliteEntryDir = (): string => dirname(fileURLToPath(import.meta.resolve('@electric-sql/pglite')));
+
 let version: string | null | undefined;
 
 /** The installed PGlite's version, from its package.json (which its exports do not list). */
@@ -194,7 +197,7 @@ function pgliteVersion(): string | null {
   if (version !== undefined) return version;
   version = null;
   try {
-    let dir = dirname(fileURLToPath(import.meta.resolve('@electric-sql/pglite')));
+    let dir = pgliteEntryDir();
     for (let up = 0; up < 4 && version === null; up++, dir = dirname(dir)) {
       const path = join(dir, 'package.json');
       if (!existsSync(path)) continue;
