@@ -89,6 +89,65 @@ describe('claims of an idle worker', { skip: databaseUrl ? false : 'needs TEST_D
       await mailroom.close();
     }
   });
+
+  it('a claim that fails in the database gives its room back at once: a worker backing off after the error offers room to hand-offs, and the job still runs', async () => {
+    const mailroom = await createMailroom({ database: pool, schema });
+    await mailroom.migrate();
+    let shut = false;
+    let held = 0;
+    let open: () => void = () => {};
+    beforeEachStatement(pool, (name) => {
+      if (!name.startsWith('mailroom_claim_') || !shut) return;
+      held++;
+      return new Promise<void>((resolve) => (open = resolve));
+    });
+    const worker = mailroom.worker({ queues: ['claims'], concurrency: 3, handlers: { [chore.name]: async () => {} } });
+    // The room offered right after each reported error: a microtask runs once the claim loop's error
+    // handling is over, before its back-off sleep (100 ms after a first error) has ended.
+    const roomAfterError: (number | null)[] = [];
+    const errors: string[] = [];
+    worker.on('error', (error) => {
+      errors.push(error instanceof Error ? error.message : String(error));
+      queueMicrotask(() => roomAfterError.push(worker.handOffRoom('claims')));
+    });
+    await worker.start();
+    // Another session takes the jobs table: the claim, once sent, waits for its lock and is cancelled there.
+    const locker = await pool.connect();
+    try {
+      const offersAll = (): boolean => worker.handOffRoom('claims') === worker.capacity;
+      await eventually(offersAll, 5000, 'the idle worker to offer its whole capacity');
+      shut = true;
+      const done = waitForEvents(worker, 'completed', 1);
+      await mailroom.enqueue(chore, { n: 1 });
+      await eventually(() => held > 0, 5000, 'a claim at the gate');
+      await locker.query('BEGIN');
+      await locker.query(`LOCK TABLE "${schema}".jobs IN ACCESS EXCLUSIVE MODE`);
+      shut = false;
+      open();
+      const waitingClaims = async (): Promise<number[]> =>
+        (
+          await pool.query<{ pid: number }>(
+            `SELECT pid FROM pg_stat_activity WHERE wait_event_type = 'Lock' AND query ILIKE '%skip locked%' AND pid <> pg_backend_pid()`,
+          )
+        ).rows.map((r) => r.pid);
+      await eventually(async () => (await waitingClaims()).length === 1, 5000, 'the claim to wait for the lock');
+      assert.equal(worker.handOffRoom('claims'), 0, 'no room is offered while the claim is out');
+      assert.equal(errors.length, 0, errors.join('; '));
+      for (const pid of await waitingClaims()) await pool.query('SELECT pg_cancel_backend($1)', [pid]);
+      await eventually(() => roomAfterError.length > 0, 5000, 'the cancelled claim to be reported');
+      assert.match(errors[0]!, /cancel/i);
+      // Before a finally cleared it, a failed claim kept its room spoken for until a later claim came back.
+      assert.equal(roomAfterError[0], worker.capacity, 'the room is offered again during the back-off');
+      await locker.query('ROLLBACK');
+      await done; // the next claim, after the back-off, took the job
+    } finally {
+      open();
+      await locker.query('ROLLBACK').catch(() => {});
+      locker.release();
+      await worker.stop();
+      await mailroom.close();
+    }
+  });
 });
 
 for (const db of testDatabases()) {
