@@ -8,7 +8,7 @@
 import { after, describe, it } from 'node:test';
 import assert from 'node:assert/strict';
 import pg from 'pg';
-import { createMailroom, defineJob, type Job } from '../src/index.ts';
+import { createMailroom, defineJob, type Job, type Worker } from '../src/index.ts';
 import { CLAIM_RETURNING } from '../src/jobs/queries.ts';
 import type { ClaimedRow } from '../src/worker/types.ts';
 import { databaseUrl, testDatabases, uniqueSchema } from './helpers/databases.ts';
@@ -55,97 +55,96 @@ describe('claims of an idle worker', { skip: databaseUrl ? false : 'needs TEST_D
     });
   }
 
-  it('an idle worker offers no room to a hand-off while a claim of its own is in flight, and offers it again once the claim came back', async () => {
+  /** Claims sent through the pool wait here while it is shut; each one that reaches it is counted. */
+  const gate = { shut: false, held: 0, open: (): void => {} };
+  beforeEachStatement(pool, (name) => {
+    if (!name.startsWith('mailroom_claim_') || !gate.shut) return;
+    gate.held++;
+    return new Promise<void>((resolve) => {
+      gate.open = () => {
+        gate.shut = false;
+        resolve();
+      };
+    });
+  });
+
+  /**
+   * An idle worker (concurrency 3, offering its whole capacity to a hand-off) whose claim of a job
+   * just enqueued waits at the gate; `body` runs then, and `prepare` before the worker starts.
+   */
+  async function withClaimAtGate(
+    body: (worker: Worker, done: Promise<unknown>) => Promise<void>,
+    prepare: (worker: Worker) => void = () => {},
+  ): Promise<void> {
     const mailroom = await createMailroom({ database: pool, schema });
     await mailroom.migrate();
-    // Claims wait at this gate while it is shut; each claim that reaches it is counted.
-    let shut = false;
-    let held = 0;
-    let open: () => void = () => {};
-    beforeEachStatement(pool, (name) => {
-      if (!name.startsWith('mailroom_claim_') || !shut) return;
-      held++;
-      return new Promise<void>((resolve) => (open = resolve));
-    });
     const worker = mailroom.worker({ queues: ['claims'], concurrency: 3, handlers: { [chore.name]: async () => {} } });
+    prepare(worker);
     await worker.start();
     try {
-      const offersAll = (): boolean => worker.handOffRoom('claims') === worker.capacity;
-      await eventually(offersAll, 5000, 'the idle worker to offer its whole capacity');
-      shut = true;
+      await eventually(() => worker.handOffRoom('claims') === worker.capacity, 5000, 'the idle worker to offer its whole capacity');
+      gate.held = 0;
+      gate.shut = true;
       const done = waitForEvents(worker, 'completed', 1);
       await mailroom.enqueue(chore, { n: 1 }); // its NOTIFY starts a claim, which waits at the gate
-      await eventually(() => held > 0, 5000, 'a claim at the gate');
-      // Before, the room this claim asked for was offered too: a hand-off and the claim could fill it twice.
-      assert.equal(worker.handOffRoom('claims'), 0, 'no room is offered while the claim is out');
-      assert.equal(worker.reserveHandOff('claims', 3), null);
-      shut = false;
-      open();
-      await done;
-      await eventually(offersAll, 5000, 'the worker to offer its whole capacity again after the claim');
+      await eventually(() => gate.held > 0, 5000, 'a claim at the gate');
+      await body(worker, done);
     } finally {
-      open();
+      gate.open();
       await worker.stop();
       await mailroom.close();
     }
+  }
+
+  it('an idle worker offers no room to a hand-off while a claim of its own is in flight, and offers it again once the claim came back', async () => {
+    await withClaimAtGate(async (worker, done) => {
+      // Before, the room this claim asked for was offered too: a hand-off and the claim could fill it twice.
+      assert.equal(worker.handOffRoom('claims'), 0, 'no room is offered while the claim is out');
+      assert.equal(worker.reserveHandOff('claims', 3), null);
+      gate.open();
+      await done;
+      await eventually(() => worker.handOffRoom('claims') === worker.capacity, 5000, 'the worker to offer its whole capacity again after the claim');
+    });
   });
 
   it('a claim that fails in the database gives its room back at once: a worker backing off after the error offers room to hand-offs, and the job still runs', async () => {
-    const mailroom = await createMailroom({ database: pool, schema });
-    await mailroom.migrate();
-    let shut = false;
-    let held = 0;
-    let open: () => void = () => {};
-    beforeEachStatement(pool, (name) => {
-      if (!name.startsWith('mailroom_claim_') || !shut) return;
-      held++;
-      return new Promise<void>((resolve) => (open = resolve));
-    });
-    const worker = mailroom.worker({ queues: ['claims'], concurrency: 3, handlers: { [chore.name]: async () => {} } });
     // The room offered right after each reported error: a microtask runs once the claim loop's error
     // handling is over, before its back-off sleep (100 ms after a first error) has ended.
     const roomAfterError: (number | null)[] = [];
     const errors: string[] = [];
-    worker.on('error', (error) => {
-      errors.push(error instanceof Error ? error.message : String(error));
-      queueMicrotask(() => roomAfterError.push(worker.handOffRoom('claims')));
-    });
-    await worker.start();
-    // Another session takes the jobs table: the claim, once sent, waits for its lock and is cancelled there.
+    const listen = (worker: Worker): void => {
+      worker.on('error', (error) => {
+        errors.push(error instanceof Error ? error.message : String(error));
+        queueMicrotask(() => roomAfterError.push(worker.handOffRoom('claims')));
+      });
+    };
+    // Another session takes the jobs table: the claim, once let through, waits for its lock and is cancelled there.
     const locker = await pool.connect();
     try {
-      const offersAll = (): boolean => worker.handOffRoom('claims') === worker.capacity;
-      await eventually(offersAll, 5000, 'the idle worker to offer its whole capacity');
-      shut = true;
-      const done = waitForEvents(worker, 'completed', 1);
-      await mailroom.enqueue(chore, { n: 1 });
-      await eventually(() => held > 0, 5000, 'a claim at the gate');
-      await locker.query('BEGIN');
-      await locker.query(`LOCK TABLE "${schema}".jobs IN ACCESS EXCLUSIVE MODE`);
-      shut = false;
-      open();
-      const waitingClaims = async (): Promise<number[]> =>
-        (
-          await pool.query<{ pid: number }>(
-            `SELECT pid FROM pg_stat_activity WHERE wait_event_type = 'Lock' AND query ILIKE '%skip locked%' AND pid <> pg_backend_pid()`,
-          )
-        ).rows.map((r) => r.pid);
-      await eventually(async () => (await waitingClaims()).length === 1, 5000, 'the claim to wait for the lock');
-      assert.equal(worker.handOffRoom('claims'), 0, 'no room is offered while the claim is out');
-      assert.equal(errors.length, 0, errors.join('; '));
-      for (const pid of await waitingClaims()) await pool.query('SELECT pg_cancel_backend($1)', [pid]);
-      await eventually(() => roomAfterError.length > 0, 5000, 'the cancelled claim to be reported');
-      assert.match(errors[0]!, /cancel/i);
-      // Before a finally cleared it, a failed claim kept its room spoken for until a later claim came back.
-      assert.equal(roomAfterError[0], worker.capacity, 'the room is offered again during the back-off');
-      await locker.query('ROLLBACK');
-      await done; // the next claim, after the back-off, took the job
+      await withClaimAtGate(async (worker, done) => {
+        await locker.query('BEGIN');
+        await locker.query(`LOCK TABLE "${schema}".jobs IN ACCESS EXCLUSIVE MODE`);
+        gate.open();
+        const waitingClaims = async (): Promise<number[]> =>
+          (
+            await pool.query<{ pid: number }>(
+              `SELECT pid FROM pg_stat_activity WHERE wait_event_type = 'Lock' AND query ILIKE '%skip locked%' AND pid <> pg_backend_pid()`,
+            )
+          ).rows.map((r) => r.pid);
+        await eventually(async () => (await waitingClaims()).length === 1, 5000, 'the claim to wait for the lock');
+        assert.equal(worker.handOffRoom('claims'), 0, 'no room is offered while the claim is out');
+        assert.equal(errors.length, 0, errors.join('; '));
+        for (const pid of await waitingClaims()) await pool.query('SELECT pg_cancel_backend($1)', [pid]);
+        await eventually(() => roomAfterError.length > 0, 5000, 'the cancelled claim to be reported');
+        assert.match(errors[0]!, /cancel/i);
+        // With the in-flight flag cleared only after a claim that succeeded, this room stays 0 through the back-off.
+        assert.equal(roomAfterError[0], worker.capacity, 'the room is offered again during the back-off');
+        await locker.query('ROLLBACK');
+        await done; // the next claim, after the back-off, took the job
+      }, listen);
     } finally {
-      open();
       await locker.query('ROLLBACK').catch(() => {});
       locker.release();
-      await worker.stop();
-      await mailroom.close();
     }
   });
 });
