@@ -39,7 +39,7 @@ function record(mailroom: Mailroom): Seen {
 
 for (const db of testDatabases()) {
   describe(`lifecycle events on ${db.name}`, () => {
-    it('enqueued, started, completed, failed (will retry), dead-lettered, snoozed and rate-limited fire once each with the job they are about', async () => {
+    it('enqueued, started, completed, failed (will retry), dead-lettered, snoozed and rate-limited fire once each with the job they are about (and the delay asked for)', async () => {
       const { mailroom } = await db.open();
       const seen = record(mailroom);
       const job = defineJob<{ do: string }>('life.outcomes', { queue: 'life', retry: { maxAttempts: 2, backoff: { base: 1, max: 1 } } });
@@ -50,11 +50,11 @@ for (const db of testDatabases()) {
         if (j.data.do === 'bad') throw new PermanentError('refused for good');
         if (j.data.do === 'snooze' && !snoozed.has(j.id)) {
           snoozed.add(j.id);
-          return snooze(1);
+          return snooze(5);
         }
         if (j.data.do === 'limit' && !limited.has(j.id)) {
           limited.add(j.id);
-          throw new RateLimitedError('provider says slow down', { after: 1 });
+          throw new RateLimitedError('provider says slow down', { after: 3 });
         }
         return undefined;
       };
@@ -92,8 +92,8 @@ for (const db of testDatabases()) {
         (seen['job.dead-lettered'] ?? []).map((d) => [d.id, d.category, d.message, d.queue]),
         [[bad, 'permanent', 'refused for good', 'life']],
       );
-      assert.deepEqual((seen['job.snoozed'] ?? []).map((s) => s.id), [sleepy]);
-      assert.deepEqual((seen['job.rate-limited'] ?? []).map((s) => s.id), [throttled]);
+      assert.deepEqual((seen['job.snoozed'] ?? []).map((s) => [s.id, s.delayMs]), [[sleepy, 5]]);
+      assert.deepEqual((seen['job.rate-limited'] ?? []).map((s) => [s.id, s.delayMs]), [[throttled, 3]]);
       // Every attempt started: 5 first runs, the retry, the snoozed and the rate-limited runs again.
       assert.equal(seen['job.started']?.length, 8);
       assert.ok(seen['job.started']?.every((s) => s.worker === worker.id));

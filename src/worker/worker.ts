@@ -1,6 +1,5 @@
 import { stopController } from '../stop-controller.ts';
 import { SafeEmitter } from '../observe/safe-emitter.ts';
-import type { JobEventRef } from '../observe/lifecycle.ts';
 import { toMilliseconds, type Duration } from '../duration.ts';
 import type { JobQueries } from '../jobs/queries.ts';
 import type { Driver } from '../storage/driver.ts';
@@ -24,33 +23,10 @@ import { Waker } from './waker.ts';
 import { Signal } from './signal.ts';
 import { WakeGate, wakeGateQueries } from '../storage/wake-gate.ts';
 import { resolveWorkerOptions, type WorkerOptions } from './options.ts';
+import { emitRecorded, refOf, type WorkerEvents } from './worker-events.ts';
 
 export type { WorkerOptions } from './options.ts';
-
-/**
- * Events a worker emits; handy for logs, metrics and tests. A listener that
- * throws is logged and never breaks processing. `mailroom.on('job.*')` gets
- * the same events from every worker.
- */
-export interface WorkerEvents {
-  /** A job's handler started. */
-  started: [job: JobEventRef];
-  /** The outcome `completed` was committed; `durationMs` is the handler's run time. */
-  completed: [job: JobEventRef & { durationMs: number }];
-  /** An attempt failed and was recorded; `dead` (= !willRetry): it went to the dead-letter queue. */
-  failed: [job: JobEventRef, detail: { category: string; message: string; dead: boolean; willRetry: boolean; runAt: Date | null; durationMs: number }];
-  snoozed: [job: JobEventRef, delayMs: number];
-  /** The handler returned `cancel(reason)`: the job ended as cancelled. */
-  cancelled: [job: JobEventRef, reason: string];
-  /** A result was refused because the job's lease was lost (it was rescued and maybe claimed again). */
-  stale: [job: JobEventRef];
-  /** A handler threw RateLimitedError: the queue backs off; the job runs again without spending an attempt. */
-  'rate-limited': [job: JobEventRef, delayMs: number];
-  /** A job handed back on a graceful stop that ran out of time. */
-  released: [job: { id: string; type: string }];
-  /** Infrastructure trouble (database unreachable...). The worker keeps going. */
-  error: [error: unknown];
-}
+export type { WorkerEvents } from './worker-events.ts';
 
 /** Room a worker reserved for a broker ingest's hand-off (see Worker.reserveHandOff). */
 export interface HandOffRoom {
@@ -60,11 +36,6 @@ export interface HandOffRoom {
   leaseMs: number;
   /** The worker to claim them for. */
   workerId: string;
-}
-
-/** The event payload of a claimed job. */
-function refOf(row: ClaimedRow): JobEventRef {
-  return { id: row.id, type: row.type, queue: row.queue, attempt: row.attempt, correlationId: row.correlation_id };
 }
 
 const MAX_ERROR_BACKOFF_MS = 5_000;
@@ -592,36 +563,7 @@ export class Worker extends SafeEmitter<WorkerEvents> {
     const { row } = entry;
     const result = await recordOutcome(this.recordDeps, row, outcome, tx, entry.inboxKey);
     if (this.abandoned) return false;
-    const job = refOf(row);
-    switch (result.kind) {
-      case 'completed':
-        this.emit('completed', { ...job, durationMs: entry.durationMs });
-        break;
-      case 'snoozed':
-        this.emit('snoozed', job, result.delayMs);
-        break;
-      case 'cancelled':
-        this.emit('cancelled', job, result.reason);
-        break;
-      case 'rate-limited':
-        this.emit('rate-limited', job, result.delayMs);
-        break;
-      case 'failed':
-        this.emit('failed', job, {
-          category: result.category,
-          message: result.message,
-          dead: result.dead,
-          willRetry: !result.dead,
-          runAt: result.runAt,
-          durationMs: entry.durationMs,
-        });
-        break;
-      case 'stale':
-        this.emit('stale', job);
-        break;
-      case 'unknown':
-        break;
-    }
+    emitRecorded(this, row, result, entry.durationMs);
     return result.kind === 'completed';
   }
 
