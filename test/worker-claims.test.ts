@@ -125,10 +125,13 @@ describe('claims of an idle worker', { skip: databaseUrl ? false : 'needs TEST_D
         await locker.query('BEGIN');
         await locker.query(`LOCK TABLE "${schema}".jobs IN ACCESS EXCLUSIVE MODE`);
         gate.open();
+        // This test's claims only (its schema is in their text): other test files run beside it on the same server.
         const waitingClaims = async (): Promise<number[]> =>
           (
             await pool.query<{ pid: number }>(
-              `SELECT pid FROM pg_stat_activity WHERE wait_event_type = 'Lock' AND query ILIKE '%skip locked%' AND pid <> pg_backend_pid()`,
+              `SELECT pid FROM pg_stat_activity
+                WHERE wait_event_type = 'Lock' AND query ILIKE '%skip locked%' AND strpos(query, $1) > 0 AND pid <> pg_backend_pid()`,
+              [`"${schema}".`],
             )
           ).rows.map((r) => r.pid);
         await eventually(async () => (await waitingClaims()).length === 1, 5000, 'the claim to wait for the lock');
