@@ -66,8 +66,6 @@ function spawnChild(config: EffectsWorkerConfig): Child {
   return Object.assign(child, { app: `${config.appPrefix}-${child.pid}`, stopped: false });
 }
 
-const killChild = killChildWorker;
-
 const isLive = (c: Child) => c.proc.exitCode === null && c.proc.signalCode === null && !c.killedByTest;
 
 // ---------------------------------------------------------------------------
@@ -95,7 +93,7 @@ describe(
     }
 
     async function closeSchema(schema: string, mailroom: Mailroom): Promise<void> {
-      await Promise.all([...children].map((c) => killChild(c)));
+      await Promise.all([...children].map((c) => killChildWorker(c)));
       await mailroom.close({ timeout: 1000 }).catch(() => {});
       mailrooms.delete(mailroom);
       await admin.query(`DROP SCHEMA IF EXISTS "${schema}" CASCADE`);
@@ -107,7 +105,7 @@ describe(
     });
 
     after(async () => {
-      await Promise.all([...children].map((c) => killChild(c)));
+      await Promise.all([...children].map((c) => killChildWorker(c)));
       for (const m of mailrooms) await m.close({ timeout: 1000 }).catch(() => {});
       for (const schema of schemas) await admin.query(`DROP SCHEMA IF EXISTS "${schema}" CASCADE`).catch(() => {});
       await admin.end();
@@ -359,7 +357,7 @@ describe(
             const victim = candidates[randomInt(0, candidates.length - 1)];
             if (!victim) continue;
             killedPids.add(victim.pid);
-            await killChild(victim);
+            await killChildWorker(victim);
             kills++;
             start();
           }
@@ -369,7 +367,7 @@ describe(
           const mismatched = await duplicates;
           const stoppedChild = await stopping;
           const doneMs = Date.now() - t0;
-          await Promise.all([...children].map((c) => killChild(c)));
+          await Promise.all([...children].map((c) => killChildWorker(c)));
 
           // ---- Checks ----
           const jobs = await sql<{ id: string; state: string; attempt: number; n: number; account: number }>(
@@ -573,7 +571,7 @@ describe(
                 await sleep(20);
                 continue;
               }
-              await killChild(victim);
+              await killChildWorker(victim);
               killAtUs.set(victim.pid, Number(await dbNow()));
               kills++;
               start();

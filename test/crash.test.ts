@@ -44,8 +44,6 @@ const children = new Set<ChildWorker>();
 /** A worker process; its stdin stays open, so it exits when this process dies without cleaning up. */
 const spawnWorker = (config: CrashWorkerConfig): ChildWorker => spawnChildWorker<CrashWorkerLine>(FIXTURE_JS, config, { cwd: ROOT, registry: children, stdin: 'pipe' });
 
-const killChild = killChildWorker;
-
 // ---------------------------------------------------------------------------
 
 interface Payload {
@@ -77,7 +75,7 @@ describe('crash tests with real worker processes (PostgreSQL)', { skip: url ? fa
   });
 
   after(async () => {
-    await Promise.all([...children].map((c) => killChild(c)));
+    await Promise.all([...children].map((c) => killChildWorker(c)));
     await Promise.all(mailrooms.map((m) => m.close({ timeout: 1000 }).catch(() => {})));
     for (const schema of schemas) await admin.query(`DROP SCHEMA IF EXISTS "${schema}" CASCADE`).catch(() => {});
     await admin.end();
@@ -221,7 +219,7 @@ describe('crash tests with real worker processes (PostgreSQL)', { skip: url ? fa
       const victim = candidates[randomInt(0, candidates.length - 1)];
       if (!victim) continue;
       killedPids.add(victim.pid);
-      await killChild(victim);
+      await killChildWorker(victim);
       kills++;
       start();
     }
@@ -235,7 +233,7 @@ describe('crash tests with real worker processes (PostgreSQL)', { skip: url ? fa
     const drainedMs = Date.now() - t0;
     // Stop every worker before reading the history, so nothing changes under the checker
     // (and a late stale run would be recorded before we look).
-    await Promise.all([...children].map((c) => killChild(c)));
+    await Promise.all([...children].map((c) => killChildWorker(c)));
     for (const child of spawned) {
       const errors = child.lines.filter((l) => l.event === 'error' || l.event === 'failed');
       if (errors.length > 0) console.log(`worker ${child.pid} reported:`, JSON.stringify(errors.slice(0, 5)));
@@ -480,7 +478,7 @@ describe('crash tests with real worker processes (PostgreSQL)', { skip: url ? fa
     assert.deepEqual(await readJob(q, id), snapshot, 'the job row changed after the stale worker resumed');
     assert.deepEqual(await readErrors(q, id), [{ claim: 1, category: 'lease-expired' }]);
     console.log(JSON.stringify({ crash: 'SIGSTOP', variant: 'stale complete', pausedMs, childEvents: events, totalMs: Date.now() - t0 }));
-    await killChild(child);
+    await killChildWorker(child);
   });
 
   it('SIGSTOP past the lease: the stale worker cannot fail a job the newer claim holds', { timeout: 60_000 }, async () => {
@@ -516,7 +514,7 @@ describe('crash tests with real worker processes (PostgreSQL)', { skip: url ? fa
     assert.deepEqual(await readErrors(q, id), [{ claim: 1, category: 'lease-expired' }]);
     assert.deepEqual(secondRuns, [2]);
     console.log(JSON.stringify({ crash: 'SIGSTOP', variant: 'stale fail', pausedMs, childEvents: events, totalMs: Date.now() - t0 }));
-    await killChild(child);
+    await killChildWorker(child);
   });
 
   it('SIGSTOP past the lease: what the stale handler wrote through ctx.tx never commits', { timeout: 60_000 }, async () => {
@@ -549,6 +547,6 @@ describe('crash tests with real worker processes (PostgreSQL)', { skip: url ? fa
     assert.deepEqual(await sql(`SELECT worker_pid, attempt FROM ${q}.effects WHERE job_id = $1`, [id]), [{ worker_pid: process.pid, attempt: 2 }]);
     assert.deepEqual(secondRuns, [2]);
     console.log(JSON.stringify({ crash: 'SIGSTOP', variant: 'stale ctx.tx', pausedMs, childEvents: events, totalMs: Date.now() - t0 }));
-    await killChild(child);
+    await killChildWorker(child);
   });
 });

@@ -68,6 +68,9 @@ describe('claims of an idle worker', { skip: databaseUrl ? false : 'needs TEST_D
     });
   });
 
+  /** The worker would take a hand-off of its whole capacity now. */
+  const offersAll = (worker: Worker): boolean => worker.handOffRoom('claims') === worker.capacity;
+
   /**
    * An idle worker (concurrency 3, offering its whole capacity to a hand-off) whose claim of a job
    * just enqueued waits at the gate; `body` runs then, and `prepare` before the worker starts.
@@ -82,7 +85,7 @@ describe('claims of an idle worker', { skip: databaseUrl ? false : 'needs TEST_D
     prepare(worker);
     await worker.start();
     try {
-      await eventually(() => worker.handOffRoom('claims') === worker.capacity, 5000, 'the idle worker to offer its whole capacity');
+      await eventually(() => offersAll(worker), 5000, 'the idle worker to offer its whole capacity');
       gate.held = 0;
       gate.shut = true;
       const done = waitForEvents(worker, 'completed', 1);
@@ -103,7 +106,7 @@ describe('claims of an idle worker', { skip: databaseUrl ? false : 'needs TEST_D
       assert.equal(worker.reserveHandOff('claims', 3), null);
       gate.open();
       await done;
-      await eventually(() => worker.handOffRoom('claims') === worker.capacity, 5000, 'the worker to offer its whole capacity again after the claim');
+      await eventually(() => offersAll(worker), 5000, 'the worker to offer its whole capacity again after the claim');
     });
   });
 
