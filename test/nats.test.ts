@@ -6,7 +6,7 @@
 import assert from 'node:assert/strict';
 import { describe, test } from 'node:test';
 import { AckPolicy, DeliverPolicy, jetstream, StorageType, type JetStreamManager } from '@nats-io/jetstream';
-import { connect, headers, nanos, millis } from '@nats-io/transport-node';
+import { connect, nanos, millis } from '@nats-io/transport-node';
 import { ceiling } from '../bench/brokers/nats-ceiling.ts';
 import { nats, natsSource } from '../src/brokers/nats/index.ts';
 import type { SafetyWarning } from '../src/brokers/safety.ts';
@@ -31,6 +31,8 @@ const unique = () => `t-${process.pid}-${++counter}`;
 /** The relay's transaction: a broker target ignores it. */
 const relayContext = { tx: {} } as unknown as RelayContext;
 const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
+/** A message's headers as wire text, none set. */
+const NO_HEADERS = 'NATS/1.0\r\n\r\n';
 
 function events(count: number, options: { type?: string; keyOf?: (i: number) => string; dataBytes?: (i: number) => number } = {}): RelayedEvent[] {
   return Array.from({ length: count }, (_, i) => {
@@ -230,7 +232,7 @@ describe('nats PubAck inbox', { skip }, () => {
       });
       await nc.flush();
       const acks = new PubAckInbox(nc);
-      const outcomes = await acks.publishAll(Object.keys(answers).map((name) => ({ subject: `${subject}.${name}`, body: new Uint8Array([1]), headers: headers() }))).outcomes;
+      const outcomes = await acks.publishAll(Object.keys(answers).map((name) => ({ subject: `${subject}.${name}`, body: new Uint8Array([1]), headers: NO_HEADERS }))).outcomes;
       const byName = Object.fromEntries(Object.keys(answers).map((name, i) => [name, outcomes[i]!]));
       assert.deepEqual(byName.stored, { ok: true });
       assert.deepEqual(byName.duplicate, { ok: true }, 'a duplicate is stored already');
@@ -242,6 +244,44 @@ describe('nats PubAck inbox', { skip }, () => {
       }
       const noSeq = byName.noSeq!;
       assert.ok(!noSeq.ok && /no PubAck/.test(noSeq.error.message), `an answer without a sequence names what it is: ${noSeq.ok ? '' : noSeq.error.message}`);
+    } finally {
+      await nc.close();
+    }
+  });
+  test('a batch goes out as frames written by the inbox: UTF-8 bodies and headers arrive byte for byte, a message over max_payload alone fails, a closed connection fails each', async () => {
+    const nc = await connect({ servers: NATS });
+    try {
+      const subject = `frames.${unique()}`;
+      const received: { subject: string; body: string; note: string; id: string }[] = [];
+      nc.subscribe(`${subject}.*`, {
+        callback: (_, msg) => {
+          received.push({ subject: msg.subject, body: msg.string(), note: msg.headers?.get('Note') ?? '(none)', id: msg.headers?.get('Nats-Msg-Id') ?? '(none)' });
+          msg.respond('{"stream":"S","seq":1}');
+        },
+      });
+      await nc.flush();
+      const acks = new PubAckInbox(nc);
+      // The client this package pins has the protocol layer the inbox writes through: not the slower fallback.
+      assert.equal(acks.writesFrames, true);
+      const maxPayload = nc.info!.max_payload;
+      const bodies = ['{"name":"Zoë","price":"12 €","mood":"😀"}', 'plain', 'x'.repeat(maxPayload), '{"last":"ü"}'];
+      const sent = acks.publishAll([
+        ...bodies.map((body, i) => ({ subject: `${subject}.s${i}`, body, headers: `NATS/1.0\r\nNats-Msg-Id: m${i}\r\nNote: café ${i}\r\n\r\n` })),
+        { subject: `${subject}.bytes`, body: new Uint8Array([0xe2, 0x82, 0xac]), headers: NO_HEADERS },
+      ]);
+      const outcomes = await sent.outcomes;
+      assert.deepEqual(outcomes.map((o) => (o.ok ? 'ok' : o.error.name)), ['ok', 'ok', 'InvalidArgumentError', 'ok', 'ok']);
+      assert.match((outcomes[2] as { error: Error }).error.message, /max_payload/, 'named as the client names it, so the target refuses the event for good');
+      assert.deepEqual(received, [
+        { subject: `${subject}.s0`, body: bodies[0], note: 'café 0', id: 'm0' },
+        { subject: `${subject}.s1`, body: 'plain', note: 'café 1', id: 'm1' },
+        { subject: `${subject}.s3`, body: bodies[3], note: 'café 3', id: 'm3' },
+        { subject: `${subject}.bytes`, body: '€', note: '', id: '' },
+      ]);
+      await nc.close();
+      const late = await acks.publishAll([{ subject: `${subject}.s9`, body: 'late', headers: NO_HEADERS }]).outcomes;
+      assert.equal(late.length, 1);
+      assert.equal(late[0]!.ok, false, 'a closed connection fails the message instead of holding it');
     } finally {
       await nc.close();
     }
@@ -264,7 +304,7 @@ describe('nats PubAck inbox deadlines', { skip }, () => {
       await nc.flush();
       const acks = new PubAckInbox(nc);
       const names = ['answered', 'silent', 'answered', 'silent'];
-      const sent = acks.publishAll(names.map((name) => ({ subject: `${subject}.${name}`, body: new Uint8Array([1]), headers: headers() })));
+      const sent = acks.publishAll(names.map((name) => ({ subject: `${subject}.${name}`, body: new Uint8Array([1]), headers: NO_HEADERS })));
       assert.equal(sent.to - sent.from, 3);
       let settled = false;
       void sent.outcomes.then(() => (settled = true));
@@ -277,7 +317,7 @@ describe('nats PubAck inbox deadlines', { skip }, () => {
         outcomes.map((o) => (o.ok ? 'ok' : o.error.name)),
         ['ok', 'TimeoutError', 'ok', 'TimeoutError'],
       );
-      const next = acks.publishAll([{ subject: `${subject}.answered`, body: new Uint8Array([2]), headers: headers() }]);
+      const next = acks.publishAll([{ subject: `${subject}.answered`, body: new Uint8Array([2]), headers: NO_HEADERS }]);
       assert.equal(next.from, sent.to + 1, 'numbers go on after the batch');
       assert.deepEqual(await next.outcomes, [{ ok: true }]);
       assert.deepEqual(await acks.publishAll([]).outcomes, [], 'an empty batch resolves at once');

@@ -6,9 +6,18 @@
  * `js.publish()` (the PubAck, or its error); the client's per-request
  * machinery (a request object, a timer and an error made per message) is not
  * paid. The JetStream headers (`Nats-Msg-Id`, `Nats-Expected-Stream`,
- * `Nats-Expected-Last-Msg-Id`) are set by the caller.
+ * `Nats-Expected-Last-Msg-Id`) are set by the caller, as header text.
+ *
+ * A batch goes out as one buffer of `HPUB` frames written here, handed to
+ * the client's protocol layer (which sends it as is, or holds it while the
+ * client reconnects, as it does its own frames). The client's `publish()`
+ * built each message's command line and encoded it, checked the subjects
+ * and copied every part once more into its buffer; the relay to NATS spent
+ * about a fifth more Node CPU that way (docs/BENCHMARKS.md, session 49). A
+ * client without that layer gets each message through `publish()`, as before.
  */
-import { createInbox, type Msg, type MsgHdrs, type NatsConnection } from '@nats-io/transport-node';
+import { createInbox, type Msg, type NatsConnection } from '@nats-io/transport-node';
+import { EncodedHeaders } from './encoded-headers.ts';
 
 /** What the stream answered for one message. */
 export type PubAckOutcome = { ok: true } | { ok: false; error: Error };
@@ -57,9 +66,30 @@ interface PubAckBody {
 
 /** One message to publish through the inbox. */
 export interface OutgoingMessage {
+  /** A literal subject (no wildcards or spaces: the caller's checks). */
   readonly subject: string;
-  readonly body: Uint8Array;
-  readonly headers: MsgHdrs;
+  /** The body: text is sent as UTF-8. */
+  readonly body: string | Uint8Array;
+  /** The headers' wire text: `NATS/1.0\r\nName: value\r\n...\r\n\r\n`. */
+  readonly headers: string;
+}
+
+/** The part of the client's protocol layer a batch is written through: it sends (or, while reconnecting, holds) the bytes as they are. */
+interface FrameSink {
+  sendCommand(frames: Uint8Array): void;
+}
+
+/** The connection's protocol layer, when the client has one that takes written frames (nats.js 3.x). */
+function frameSinkOf(nc: NatsConnection): FrameSink | null {
+  const protocol = (nc as unknown as { protocol?: { sendCommand?: unknown } }).protocol;
+  return protocol && typeof protocol.sendCommand === 'function' ? (protocol as FrameSink) : null;
+}
+
+/** The client's error for a message over the server's `max_payload` (the target refuses such an event for good). */
+function tooLarge(bytes: number, maxPayload: number): Error {
+  const error = new Error(`payload max_payload size exceeded: ${bytes} bytes, the server takes ${maxPayload}`);
+  error.name = 'InvalidArgumentError';
+  return error;
 }
 
 /** Messages published together: numbered `from` to `to` (inclusive), answered together. */
@@ -89,6 +119,7 @@ interface Waiting {
  */
 export class PubAckInbox {
   readonly #nc: NatsConnection;
+  readonly #sink: FrameSink | null;
   readonly #prefix = createInbox();
   /** In number order; a few at most (the batches in flight). */
   readonly #waiting: Waiting[] = [];
@@ -96,11 +127,17 @@ export class PubAckInbox {
 
   constructor(nc: NatsConnection) {
     this.#nc = nc;
+    this.#sink = frameSinkOf(nc);
     // Ends with the connection: the target never closes it on its own.
     nc.subscribe(`${this.#prefix}.*`, {
       callback: (error, msg) => (error ? this.#failAll(error) : this.#answer(msg)),
     });
     void nc.closed().then((error) => this.#failAll(error ?? new Error('the connection closed')));
+  }
+
+  /** True when batches go out as frames written here; false when each message goes through the client's `publish()`. */
+  get writesFrames(): boolean {
+    return this.#sink !== null;
   }
 
   /** Publishes the messages back to back on the connection; `outcomes` resolves with the stream's answers. */
@@ -112,15 +149,64 @@ export class PubAckInbox {
     let resolve!: (outcomes: PubAckOutcome[]) => void;
     const outcomes = new Promise<PubAckOutcome[]>((r) => (resolve = r));
     this.#waiting.push({ from, outcomes: new Array<PubAckOutcome | undefined>(messages.length).fill(undefined), left: messages.length, resolve });
+    if (this.#sink && !this.#nc.isClosed() && !this.#nc.isDraining()) this.#writeFrames(this.#sink, messages, from);
+    else this.#publishEach(messages, from);
+    return { outcomes, from, to };
+  }
+
+  /** Every message through the client's `publish()` (a closed connection's error settles each). */
+  #publishEach(messages: readonly OutgoingMessage[], from: number): void {
     for (let i = 0; i < messages.length; i++) {
       const m = messages[i]!;
       try {
-        this.#nc.publish(m.subject, m.body, { headers: m.headers, reply: `${this.#prefix}.${from + i}` });
+        this.#nc.publish(m.subject, m.body, { headers: new EncodedHeaders(m.headers), reply: `${this.#prefix}.${from + i}` });
       } catch (error) {
         this.#settle(from + i, { ok: false, error: error instanceof Error ? error : new Error(String(error)) });
       }
     }
-    return { outcomes, from, to };
+  }
+
+  /**
+   * The messages as `HPUB <subject> <reply> <header bytes> <total bytes>` frames in one buffer, sized
+   * first and then written. A message over the server's `max_payload` is left out and answered with the
+   * client's error for it, as `publish()` would have thrown.
+   */
+  #writeFrames(sink: FrameSink, messages: readonly OutgoingMessage[], from: number): void {
+    const maxPayload = this.#nc.info?.max_payload ?? Infinity;
+    const lines: (string | null)[] = new Array<string | null>(messages.length);
+    let size = 0;
+    for (let i = 0; i < messages.length; i++) {
+      const m = messages[i]!;
+      const headerBytes = Buffer.byteLength(m.headers, 'utf8');
+      const total = headerBytes + (typeof m.body === 'string' ? Buffer.byteLength(m.body, 'utf8') : m.body.byteLength);
+      if (total > maxPayload) {
+        lines[i] = null;
+        this.#settle(from + i, { ok: false, error: tooLarge(total, maxPayload) });
+        continue;
+      }
+      const line = `HPUB ${m.subject} ${this.#prefix}.${from + i} ${headerBytes} ${total}\r\n`;
+      lines[i] = line;
+      size += Buffer.byteLength(line, 'utf8') + total + 2;
+    }
+    if (size === 0) return;
+    const frames = Buffer.allocUnsafe(size);
+    let at = 0;
+    for (let i = 0; i < messages.length; i++) {
+      const line = lines[i];
+      if (line === null || line === undefined) continue;
+      const m = messages[i]!;
+      at += frames.write(line, at, 'utf8');
+      at += frames.write(m.headers, at, 'utf8');
+      if (typeof m.body === 'string') {
+        at += frames.write(m.body, at, 'utf8');
+      } else {
+        frames.set(m.body, at);
+        at += m.body.byteLength;
+      }
+      frames[at++] = 13; // \r
+      frames[at++] = 10; // \n
+    }
+    sink.sendCommand(frames);
   }
 
   /** Fails the messages numbered `from` to `to` (inclusive) still waiting: their time is up. */

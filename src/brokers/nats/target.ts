@@ -4,9 +4,9 @@
  * resolves only when every event has its PubAck.
  */
 import { jetstreamManager, type JetStreamManager } from '@nats-io/jetstream';
-import type { MsgHdrs, NatsConnection } from '@nats-io/transport-node';
+import type { NatsConnection } from '@nats-io/transport-node';
 import type { SafetyWarning, TargetCheckContext } from '../safety.ts';
-import { wireMessageOf, type WireMessage } from '../wire.ts';
+import { wireTextOf, type WireText } from '../wire.ts';
 import { storedRowOf } from '../../relay/stored-event.ts';
 import type { RelayContext, RelayedEvent, RelayTarget } from '../../relay/target.ts';
 import { RefusedEventError } from '../../relay/refused.ts';
@@ -14,7 +14,6 @@ import { targetWarnings } from './check.ts';
 import { closeQuietly, describeServers, openConnection, reason } from './connect.ts';
 import { isLiteralSubject, resolveTargetOptions, type NatsTargetOptions, type ResolvedNatsTargetOptions } from './options.ts';
 import { ensureStream, MIN_DUPLICATE_WINDOW_MS, streamInfoOrNull } from './stream.ts';
-import { EncodedHeaders } from './encoded-headers.ts';
 import { NoStreamError, PubAckError, PubAckInbox, type PubAckOutcome } from './pub-acks.ts';
 
 /** What a NATS header value cannot hold. */
@@ -74,7 +73,7 @@ export class NatsTarget implements RelayTarget {
    */
   async publish(events: readonly RelayedEvent[], context?: RelayContext): Promise<void> {
     if (events.length === 0) return;
-    const messages = events.map(wireMessageOf);
+    const messages = events.map(wireTextOf);
     for (const m of messages) {
       if (!this.#isSubjectType(m.type)) throw new RefusedEventError(m.id, `nats: its type ${JSON.stringify(m.type)} is not a valid subject token sequence`);
       if (LINE_BREAK.test(m.id)) throw new RefusedEventError(m.id, `nats: its id ${JSON.stringify(m.id)} holds a line break, which a Nats-Msg-Id header cannot`);
@@ -101,7 +100,7 @@ export class NatsTarget implements RelayTarget {
    * stored) the first event expects it too, and any refusal rejects: the
    * relay sends the batch again once the one before is confirmed.
    */
-  async #publishChained(session: Session, messages: readonly WireMessage[], deadline: number, afterId: string | null): Promise<void> {
+  async #publishChained(session: Session, messages: readonly WireText[], deadline: number, afterId: string | null): Promise<void> {
     const outcomes = await this.#sendAll(session, messages, deadline, afterId);
     const first = outcomes.findIndex((o) => !o.ok);
     if (first === -1) return;
@@ -125,7 +124,7 @@ export class NatsTarget implements RelayTarget {
    * the deadline. Each message after the first expects the one before it as
    * the stream's last message id, and the first expects `expectFirst` when given.
    */
-  async #sendAll(session: Session, messages: readonly WireMessage[], deadline: number, expectFirst: string | null): Promise<PubAckOutcome[]> {
+  async #sendAll(session: Session, messages: readonly WireText[], deadline: number, expectFirst: string | null): Promise<PubAckOutcome[]> {
     const outgoing = messages.map((m, i) => ({
       subject: `${this.#options.subjectPrefix}.${m.type}`,
       body: m.body,
@@ -141,7 +140,7 @@ export class NatsTarget implements RelayTarget {
   }
 
   /**
-   * The message's NATS headers, written and encoded here in one go: the
+   * The message's NATS headers as their wire text, written here in one go: the
    * client's header API (a map per message, `append` checking each name, the
    * text built and encoded on publish) cost about a tenth of the relay's CPU.
    * The names are fixed ones; the values are checked as the client would: a
@@ -150,7 +149,7 @@ export class NatsTarget implements RelayTarget {
    * trimmed. The id and the stream name hold no line break (ids are the
    * outbox's, the stream's name is validated).
    */
-  #headersOf(m: WireMessage, expectedLastId: string | null): MsgHdrs {
+  #headersOf(m: WireText, expectedLastId: string | null): string {
     let text = 'NATS/1.0';
     for (const name in m.headers) {
       const value = m.headers[name]!;
@@ -158,15 +157,15 @@ export class NatsTarget implements RelayTarget {
     }
     text += `\r\ncontent-type: ${m.contentType}\r\nNats-Msg-Id: ${m.id}\r\nNats-Expected-Stream: ${this.#options.stream}`;
     if (expectedLastId !== null) text += `\r\nNats-Expected-Last-Msg-Id: ${expectedLastId}`;
-    return new EncodedHeaders(`${text}\r\n\r\n`);
+    return `${text}\r\n\r\n`;
   }
 
   /** The event refused for good, with where it was going (kept with the parked event). */
-  #refused(m: WireMessage, refusal: string, cause: unknown): RefusedEventError {
+  #refused(m: WireText, refusal: string, cause: unknown): RefusedEventError {
     return new RefusedEventError(m.id, `nats: ${refusal}; stream ${this.#options.stream}, subject ${this.#options.subjectPrefix}.${m.type}`, { cause });
   }
 
-  #publishError(m: WireMessage, error: unknown, index: number, count: number): Error {
+  #publishError(m: WireText, error: unknown, index: number, count: number): Error {
     const subject = `${this.#options.subjectPrefix}.${m.type}`;
     const where = `event ${index + 1} of ${count} (id ${m.id}, subject ${subject}) to stream ${this.#options.stream} on ${describeServers(this.#options.servers)}`;
     if (isTimeout(error)) {
