@@ -114,7 +114,8 @@ interface Waiting {
  *
  * @example
  * const acks = new PubAckInbox(nc);
- * const sent = acks.publishAll([{ subject: 'orders.order.placed', body, headers }]);
+ * const headers = 'NATS/1.0\r\nNats-Msg-Id: 0190…\r\n\r\n';
+ * const sent = acks.publishAll([{ subject: 'orders.order.placed', body: '{"n":1}', headers }]);
  * const [outcome] = await sent.outcomes;
  */
 export class PubAckInbox {
@@ -193,7 +194,7 @@ export class PubAckInbox {
     let at = 0;
     for (let i = 0; i < messages.length; i++) {
       const line = lines[i];
-      if (line === null || line === undefined) continue;
+      if (!line) continue; // over max_payload, answered already
       const m = messages[i]!;
       at += frames.write(line, at, 'utf8');
       at += frames.write(m.headers, at, 'utf8');
