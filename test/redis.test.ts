@@ -944,8 +944,8 @@ describe('redis command encoding', () => {
     const encoded = respOf('EVALSHA', ['é', 17, long, '', 'tail']);
     assert.equal(encoded.toString('utf8'), `*6\r\n$7\r\nEVALSHA\r\n$2\r\né\r\n$2\r\n17\r\n$80\r\n${long}\r\n$0\r\n\r\n$4\r\ntail\r\n`);
     assert.equal(encoded.length, Buffer.byteLength(encoded.toString('utf8')));
-    // Byte lengths with more digits than the character counts (each argument is written where its
-    // length line would end for ASCII, then moved), at the digit boundaries, and a long ASCII one.
+    // Byte lengths with more digits than the character counts ('é'.repeat(5): 5 characters, 10 bytes),
+    // lengths at the digit boundaries (9 and 10), a long ASCII argument and a number.
     const args = ['a'.repeat(9), 'a'.repeat(10), 'é'.repeat(5), 'é'.repeat(50), '😀'.repeat(30), 'x'.repeat(1000), 'é'.repeat(400), 1234567];
     const expected = `*${args.length + 1}\r\n` + ['X', ...args.map(String)].map((text) => `$${Buffer.byteLength(text)}\r\n${text}\r\n`).join('');
     assert.equal(respOf('X', args).toString('utf8'), expected);
