@@ -812,7 +812,10 @@ describe('nats source', { skip }, () => {
       await raw.publish('one', { messageId: 'one' });
       await raw.close();
       await ctx.until(1);
-      ctx.messages[0]!.ack();
+      await ctx.messages[0]!.ack();
+      // The server applies an ack asynchronously: stopped before that, it would deliver 'one' again (at least once).
+      for (const deadline = Date.now() + 5_000; (await pair.pending()) !== 0 && Date.now() < deadline; ) await sleep(50);
+      assert.equal(await pair.pending(), 0, "'one' is acked before the server stops");
       // Down for a while: several failed reconnects, each reported, with growing delays.
       await pair.server!.stop();
       // The first three come after about 0.7 s of delays (100, 200, 400 ms); a loaded machine takes longer.
