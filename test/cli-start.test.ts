@@ -24,6 +24,7 @@ import { effectsTable, work } from './fixtures/config/jobs.ts';
 import { eventsTable, noted } from './fixtures/config/events.ts';
 import { openPglite } from '../src/storage/pglite-open.ts';
 import { freePort } from './helpers/brokers/free-port.ts';
+import { WASM_FLAGS } from './helpers/wasm-flags.ts';
 
 const MAIN = fileURLToPath(new URL('../src/cli/main.ts', import.meta.url));
 const TSX = import.meta.resolve('tsx');
@@ -65,7 +66,7 @@ class Child {
   constructor(args: string[], options: { cwd?: string; env?: Record<string, string> }) {
     const env: NodeJS.ProcessEnv = { ...process.env, ...options.env };
     delete env.DATABASE_URL; // the embedded default must not turn into someone's server
-    this.process = spawn(process.execPath, ['--import', TSX, MAIN, ...args], { cwd: options.cwd ?? process.cwd(), env, stdio: ['ignore', 'pipe', 'pipe'] });
+    this.process = spawn(process.execPath, [...WASM_FLAGS, '--import', TSX, MAIN, ...args], { cwd: options.cwd ?? process.cwd(), env, stdio: ['ignore', 'pipe', 'pipe'] });
     this.process.stdout!.on('data', (chunk: Buffer) => (this.stdout += chunk.toString()));
     this.process.stderr!.on('data', (chunk: Buffer) => (this.stderr += chunk.toString()));
     this.exited = new Promise((resolve, reject) => {

@@ -9,6 +9,7 @@ import { spawn } from 'node:child_process';
 import pg from 'pg';
 import { cancel, defineEvent, defineJob, handle, handleEvent, MailroomError, PermanentError, snooze, ValidationError, type ConsumerSource } from '../src/index.ts';
 import { createTestMailroom, deliverEvents, enqueuedJobs, publishedEvents, runJobs } from '../src/testing/index.ts';
+import { WASM_FLAGS } from './helpers/wasm-flags.ts';
 import { databaseUrl, testDatabases, uniqueSchema } from './helpers/databases.ts';
 
 const welcome = defineJob<{ email: string }>('kit.welcome', { queue: 'kit-email' });
@@ -61,7 +62,7 @@ describe('createTestMailroom', () => {
       await c.close();
       console.log('closed ' + rows[0].n);
     `;
-    const child = spawn(process.execPath, ['--import', 'tsx', '--input-type=module', '-e', script], { stdio: ['ignore', 'pipe', 'pipe'] });
+    const child = spawn(process.execPath, [...WASM_FLAGS, '--import', 'tsx', '--input-type=module', '-e', script], { stdio: ['ignore', 'pipe', 'pipe'] });
     let out = '';
     let err = '';
     let closedAt = 0;

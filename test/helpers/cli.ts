@@ -8,6 +8,7 @@
 import { spawn, type ChildProcessByStdio } from 'node:child_process';
 import type { Readable } from 'node:stream';
 import { fileURLToPath } from 'node:url';
+import { WASM_FLAGS } from './wasm-flags.ts';
 
 export const BIN = fileURLToPath(new URL('../../bin/mailroom.js', import.meta.url));
 
@@ -25,7 +26,7 @@ export type CliChild = ChildProcessByStdio<null, Readable, Readable>;
 export function spawnMailroom(args: string[], options: { cwd?: string } = {}): CliChild {
   const env = { ...process.env };
   delete env.DATABASE_URL;
-  return spawn(process.execPath, [BIN, ...args], { cwd: options.cwd ?? process.cwd(), env, stdio: ['ignore', 'pipe', 'pipe'] });
+  return spawn(process.execPath, [...WASM_FLAGS, BIN, ...args], { cwd: options.cwd ?? process.cwd(), env, stdio: ['ignore', 'pipe', 'pipe'] });
 }
 
 /**
