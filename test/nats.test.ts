@@ -286,6 +286,32 @@ describe('nats PubAck inbox', { skip }, () => {
       await nc.close();
     }
   });
+  test('a batch published while the connection drains is failed when the drain closes it, not left waiting for answers', async () => {
+    const nc = await connect({ servers: NATS });
+    try {
+      const subject = `draining.${unique()}`;
+      const responder = await connect({ servers: NATS });
+      try {
+        responder.subscribe(`${subject}.*`, { callback: (_, msg) => void msg.respond('{"stream":"S","seq":1}') });
+        await responder.flush();
+        const acks = new PubAckInbox(nc);
+        const ok = await acks.publishAll([{ subject: `${subject}.before`, body: 'before', headers: NO_HEADERS }]).outcomes;
+        assert.equal(ok[0]!.ok, true, 'answered while the connection is open');
+        const drained = nc.drain();
+        assert.equal(nc.isDraining(), true);
+        // The client still sends while it drains; the inbox's subscription is drained first, so no answer can come back.
+        const late = acks.publishAll([0, 1, 2].map((i) => ({ subject: `${subject}.late${i}`, body: `late ${i}`, headers: NO_HEADERS }))).outcomes;
+        const outcomes = await Promise.race([late, sleep(5_000).then(() => null)]);
+        assert.ok(outcomes !== null, 'the batch is settled once the drain ends, not left to its deadline');
+        assert.deepEqual(outcomes.map((o) => (o.ok ? 'ok' : o.error.message)), ['the connection closed', 'the connection closed', 'the connection closed']);
+        await drained;
+      } finally {
+        await responder.close();
+      }
+    } finally {
+      if (!nc.isClosed()) await nc.close();
+    }
+  });
 });
 
 describe('nats PubAck inbox deadlines', { skip }, () => {
