@@ -13,7 +13,7 @@
  * client reconnects, as it does its own frames). The client's `publish()`
  * built each message's command line and encoded it, checked the subjects
  * and copied every part once more into its buffer; the relay to NATS spent
- * about a fifth more Node CPU that way (docs/BENCHMARKS.md, session 49). A
+ * 9-30 % more Node CPU that way (docs/BENCHMARKS.md, session 49). A
  * client without that layer gets each message through `publish()`, as before.
  */
 import { createInbox, type Msg, type NatsConnection } from '@nats-io/transport-node';
